@@ -1,0 +1,394 @@
+// Package config owns Switchyard's YAML configuration: its schema, defaults,
+// the embedded default file, and validation that names the field and line of
+// every mistake, so a bad file fails at start and never half-configures.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// DefaultName is the file name reported in errors for the embedded default.
+const DefaultName = "<embedded default>"
+
+// Config is the whole configuration file.
+type Config struct {
+	// Region is this gateway instance's home region (us or asia).
+	Region        string          `yaml:"region"`
+	Listeners     []Listener      `yaml:"listeners"`
+	Limits        Limits          `yaml:"limits"`
+	DemoUpstreams []DemoUpstream  `yaml:"demo_upstreams"`
+	Providers     []Provider      `yaml:"providers"`
+	Models        []Model         `yaml:"models"`
+	Tiers         map[string]Tier `yaml:"tiers"`
+}
+
+// Listener is a public listener of the data plane.
+type Listener struct {
+	Name    string `yaml:"name"`
+	Address string `yaml:"address"`
+	TLS     *TLS   `yaml:"tls"`
+}
+
+// TLS names certificate files; their contents are read at start.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Limits are gateway-wide request limits.
+type Limits struct {
+	MaxRequestBodyBytes   int64         `yaml:"max_request_body_bytes"`
+	ExtProcMessageTimeout time.Duration `yaml:"ext_proc_message_timeout"`
+	StreamIdleTimeout     time.Duration `yaml:"stream_idle_timeout"`
+}
+
+// DemoUpstream is a fake vendor endpoint the gateway process starts itself.
+type DemoUpstream struct {
+	Name   string `yaml:"name"`
+	Kind   string `yaml:"kind"`
+	Listen string `yaml:"listen"`
+}
+
+// Provider is an upstream vendor endpoint.
+type Provider struct {
+	Name    string `yaml:"name"`
+	Kind    string `yaml:"kind"`
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv names the environment variable holding the provider's
+	// credential; the credential itself never appears in the file.
+	APIKeyEnv string `yaml:"api_key_env"`
+	Region    string `yaml:"region"`
+}
+
+// Model is a client-visible model id and the providers that serve it.
+type Model struct {
+	ID            string          `yaml:"id"`
+	ContextWindow int             `yaml:"context_window"`
+	Capabilities  []string        `yaml:"capabilities"`
+	Providers     []ModelProvider `yaml:"providers"`
+}
+
+// ModelProvider is one provider serving a model, under the provider's own name.
+type ModelProvider struct {
+	Provider      string `yaml:"provider"`
+	UpstreamModel string `yaml:"upstream_model"`
+}
+
+// Tier holds per-minute limits; zero means "set per key" (enterprise).
+type Tier struct {
+	RPM int `yaml:"rpm"`
+	TPM int `yaml:"tpm"`
+}
+
+// Defaults applied when a field is absent.
+const (
+	DefaultMaxRequestBodyBytes   = 32 << 20
+	DefaultExtProcMessageTimeout = 10 * time.Second
+	DefaultStreamIdleTimeout     = 5 * time.Minute
+	DefaultContextWindow         = 128000
+)
+
+// Known enumerations.
+var (
+	ProviderKinds = []string{"openai"}
+	Regions       = []string{"us", "asia"}
+	Capabilities  = []string{"chat", "embeddings", "responses", "tools"}
+)
+
+// Error is a validation error located in the file.
+type Error struct {
+	File  string
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Field, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s: %s", e.File, e.Field, e.Msg)
+}
+
+// Default returns the embedded default configuration.
+func Default() (*Config, error) { return Parse(DefaultName, defaultYAML) }
+
+// DefaultYAML returns the embedded default file's bytes.
+func DefaultYAML() []byte { return bytes.Clone(defaultYAML) }
+
+// Load reads and validates a configuration file.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes and validates configuration bytes; name is used in errors.
+func Parse(name string, data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if len(root.Content) == 0 {
+		return nil, &Error{File: name, Field: "(file)", Msg: "empty configuration"}
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	v := validator{file: name, root: root.Content[0]}
+	c.applyDefaults()
+	v.check(&c)
+	if len(v.errs) > 0 {
+		return nil, errors.Join(v.errs...)
+	}
+	return &c, nil
+}
+
+func (c *Config) applyDefaults() {
+	if c.Region == "" {
+		c.Region = "us"
+	}
+	if c.Limits.MaxRequestBodyBytes == 0 {
+		c.Limits.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	if c.Limits.ExtProcMessageTimeout == 0 {
+		c.Limits.ExtProcMessageTimeout = DefaultExtProcMessageTimeout
+	}
+	if c.Limits.StreamIdleTimeout == 0 {
+		c.Limits.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	for i := range c.Providers {
+		if c.Providers[i].Region == "" {
+			c.Providers[i].Region = c.Region
+		}
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.ContextWindow == 0 {
+			m.ContextWindow = DefaultContextWindow
+		}
+		if len(m.Capabilities) == 0 {
+			m.Capabilities = []string{"chat", "tools"}
+		}
+	}
+	if c.Tiers == nil {
+		c.Tiers = map[string]Tier{}
+	}
+	for name, t := range map[string]Tier{"free": {10, 40000}, "standard": {60, 200000}, "enterprise": {}} {
+		if _, ok := c.Tiers[name]; !ok {
+			c.Tiers[name] = t
+		}
+	}
+}
+
+// Provider returns the named provider.
+func (c *Config) Provider(name string) (*Provider, bool) {
+	for i := range c.Providers {
+		if c.Providers[i].Name == name {
+			return &c.Providers[i], true
+		}
+	}
+	return nil, false
+}
+
+var (
+	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	modelIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+)
+
+type validator struct {
+	file string
+	root *yaml.Node
+	errs []error
+}
+
+// fail records an error at the YAML node that path leads to. Path elements
+// are map keys (string) and sequence indexes (int).
+func (v *validator) fail(msg string, path ...any) {
+	v.errs = append(v.errs, &Error{File: v.file, Line: lineOf(v.root, path), Field: fieldName(path), Msg: msg})
+}
+
+func fieldName(path []any) string {
+	var b strings.Builder
+	for _, p := range path {
+		switch p := p.(type) {
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(p)
+		case int:
+			b.WriteString("[" + strconv.Itoa(p) + "]")
+		}
+	}
+	return b.String()
+}
+
+// lineOf walks as far along path as the document goes and returns that node's line.
+func lineOf(n *yaml.Node, path []any) int {
+	line := n.Line
+	for _, p := range path {
+		var next *yaml.Node
+		switch p := p.(type) {
+		case string:
+			if n.Kind == yaml.MappingNode {
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					if n.Content[i].Value == p {
+						next = n.Content[i+1]
+						line = n.Content[i].Line
+						break
+					}
+				}
+			}
+		case int:
+			if n.Kind == yaml.SequenceNode && p < len(n.Content) {
+				next = n.Content[p]
+				line = next.Line
+			}
+		}
+		if next == nil {
+			return line
+		}
+		n = next
+	}
+	return line
+}
+
+func contains(set []string, s string) bool {
+	for _, x := range set {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *validator) check(c *Config) {
+	if !contains(Regions, c.Region) {
+		v.fail(fmt.Sprintf("must be one of %v", Regions), "region")
+	}
+	if len(c.Listeners) == 0 {
+		v.fail("at least one listener is required", "listeners")
+	}
+	seen := map[string]bool{}
+	for i, l := range c.Listeners {
+		if !nameRE.MatchString(l.Name) {
+			v.fail("must be a lower-case name ([a-z0-9_-])", "listeners", i, "name")
+		} else if seen["l:"+l.Name] {
+			v.fail(fmt.Sprintf("duplicate listener %q", l.Name), "listeners", i, "name")
+		}
+		seen["l:"+l.Name] = true
+		if _, _, err := net.SplitHostPort(l.Address); err != nil {
+			v.fail("must be host:port", "listeners", i, "address")
+		} else if seen["a:"+l.Address] {
+			v.fail(fmt.Sprintf("duplicate address %q", l.Address), "listeners", i, "address")
+		}
+		seen["a:"+l.Address] = true
+		if l.TLS != nil && (l.TLS.CertFile == "" || l.TLS.KeyFile == "") {
+			v.fail("cert_file and key_file are both required", "listeners", i, "tls")
+		}
+	}
+	if c.Limits.MaxRequestBodyBytes < 1024 {
+		v.fail("must be at least 1024", "limits", "max_request_body_bytes")
+	}
+	if c.Limits.ExtProcMessageTimeout < 0 || c.Limits.StreamIdleTimeout < 0 {
+		v.fail("durations must be positive", "limits")
+	}
+	for i, d := range c.DemoUpstreams {
+		if !nameRE.MatchString(d.Name) {
+			v.fail("must be a lower-case name ([a-z0-9_-])", "demo_upstreams", i, "name")
+		}
+		if d.Kind != "openai" {
+			v.fail(`must be "openai"`, "demo_upstreams", i, "kind")
+		}
+		if host, _, err := net.SplitHostPort(d.Listen); err != nil {
+			v.fail("must be host:port", "demo_upstreams", i, "listen")
+		} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			v.fail("demo upstreams listen on loopback only", "demo_upstreams", i, "listen")
+		}
+	}
+	providers := map[string]bool{}
+	for i, p := range c.Providers {
+		switch {
+		case !nameRE.MatchString(p.Name):
+			v.fail("must be a lower-case name ([a-z0-9_-])", "providers", i, "name")
+		case providers[p.Name]:
+			v.fail(fmt.Sprintf("duplicate provider %q", p.Name), "providers", i, "name")
+		}
+		providers[p.Name] = true
+		if !contains(ProviderKinds, p.Kind) {
+			v.fail(fmt.Sprintf("must be one of %v", ProviderKinds), "providers", i, "kind")
+		}
+		if u, err := url.Parse(p.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.fail("must be an http or https URL with a host", "providers", i, "base_url")
+		} else if u.RawQuery != "" || u.Fragment != "" {
+			v.fail("must not have a query or fragment", "providers", i, "base_url")
+		}
+		if p.APIKeyEnv != "" && !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(p.APIKeyEnv) {
+			v.fail("must be an environment variable name", "providers", i, "api_key_env")
+		}
+		if !contains(Regions, p.Region) {
+			v.fail(fmt.Sprintf("must be one of %v", Regions), "providers", i, "region")
+		}
+	}
+	if len(c.Models) == 0 {
+		v.fail("at least one model is required", "models")
+	}
+	models := map[string]bool{}
+	for i, m := range c.Models {
+		switch {
+		case !modelIDRE.MatchString(m.ID):
+			v.fail("must look like <vendor>/<model>", "models", i, "id")
+		case models[m.ID]:
+			v.fail(fmt.Sprintf("duplicate model %q", m.ID), "models", i, "id")
+		}
+		models[m.ID] = true
+		if m.ContextWindow < 1 {
+			v.fail("must be positive", "models", i, "context_window")
+		}
+		for j, capability := range m.Capabilities {
+			if !contains(Capabilities, capability) {
+				v.fail(fmt.Sprintf("must be one of %v", Capabilities), "models", i, "capabilities", j)
+			}
+		}
+		if len(m.Providers) == 0 {
+			v.fail("at least one provider is required", "models", i, "providers")
+		}
+		for j, mp := range m.Providers {
+			if !providers[mp.Provider] {
+				v.fail(fmt.Sprintf("unknown provider %q", mp.Provider), "models", i, "providers", j, "provider")
+			}
+			if mp.UpstreamModel == "" {
+				v.fail("is required", "models", i, "providers", j, "upstream_model")
+			}
+		}
+	}
+	for name, t := range c.Tiers {
+		if !nameRE.MatchString(name) {
+			v.fail("tier names must be lower-case names", "tiers", name)
+		}
+		if t.RPM < 0 || t.TPM < 0 {
+			v.fail("limits must not be negative", "tiers", name)
+		}
+	}
+}

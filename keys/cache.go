@@ -1,0 +1,123 @@
+package keys
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+)
+
+const (
+	// DefaultCacheSize and DefaultCacheTTL are used by NewCache for a
+	// non-positive size or ttl.
+	DefaultCacheSize = 10_000
+	DefaultCacheTTL  = 30 * time.Second
+
+	// maxNegativeTTL caps how long a miss is remembered. Misses are cached
+	// only to absorb repeats (a misconfigured client retrying a bad or
+	// revoked key), which a few seconds already does; keeping them short
+	// bounds how long a lookup made just before a key was created can
+	// keep rejecting it.
+	maxNegativeTTL = 5 * time.Second
+)
+
+// Cache answers lookups from a bounded LRU (golang-lru/v2 expirable) in front
+// of a Store, caching both hits and misses (misses for a shorter time) so
+// that a flood of bad keys cannot reach the database on every request. It is
+// keyed by the SHA-256 of the secret, never the plain key, so a heap dump of
+// the gateway does not hand out working credentials.
+//
+// Hits and misses live in separate LRUs so that a flood of distinct bad keys
+// can only evict other misses, never the valid keys real clients are using.
+//
+// Entries are not updated when a key is revoked by another process (such as
+// the CLI): a revoked key keeps working here for up to the TTL, or until
+// Invalidate is called.
+//
+// A Cache is safe for concurrent use.
+type Cache struct {
+	store  *Store
+	hits   *expirable.LRU[[sha256.Size]byte, Key]
+	misses *expirable.LRU[[sha256.Size]byte, struct{}]
+
+	// mu and gen stop a lookup that read the database before an Invalidate
+	// from caching that now stale answer after it: fills only happen if gen
+	// is unchanged since the read began. The hit path does not take mu.
+	mu  sync.Mutex
+	gen uint64
+}
+
+// NewCache returns a Cache of up to size hits and size misses in front of s.
+// Hits are kept for ttl, misses for the shorter of ttl/2 and five seconds.
+// A non-positive size or ttl selects DefaultCacheSize or DefaultCacheTTL:
+// the cache must stay bounded in both, or a revoked key would be accepted
+// forever.
+//
+// Each Cache runs two background goroutines that expire entries; they are
+// never stopped, so create one Cache per process, not per request.
+func NewCache(s *Store, size int, ttl time.Duration) *Cache {
+	if size <= 0 {
+		size = DefaultCacheSize
+	}
+	if ttl <= 0 {
+		ttl = DefaultCacheTTL
+	}
+	negTTL := min(ttl/2, maxNegativeTTL)
+	if negTTL <= 0 {
+		negTTL = ttl // ttl of 1ns; expirable treats 0 as "never expire"
+	}
+	return &Cache{
+		store:  s,
+		hits:   expirable.NewLRU[[sha256.Size]byte, Key](size, nil, ttl),
+		misses: expirable.NewLRU[[sha256.Size]byte, struct{}](size, nil, negTTL),
+	}
+}
+
+// Lookup is Store.Lookup answered from the cache when possible. Errors other
+// than ErrNotFound (the database being unavailable, say) are not cached.
+func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
+	if !wellFormedSecret(secret) {
+		return Key{}, ErrNotFound
+	}
+	h := hashSecret(secret)
+	if k, ok := c.hits.Get(h); ok {
+		return k, nil
+	}
+	if _, ok := c.misses.Get(h); ok {
+		return Key{}, ErrNotFound
+	}
+
+	c.mu.Lock()
+	gen := c.gen
+	c.mu.Unlock()
+
+	k, err := c.store.lookupHash(ctx, h)
+	switch {
+	case err == nil:
+		c.fill(gen, func() { c.hits.Add(h, k) })
+	case errors.Is(err, ErrNotFound):
+		c.fill(gen, func() { c.misses.Add(h, struct{}{}) })
+	}
+	return k, err
+}
+
+func (c *Cache) fill(gen uint64, add func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen {
+		add()
+	}
+}
+
+// Invalidate drops every cached hit and miss, so the next lookup of each key
+// consults the Store. Call it after revoking a key.
+func (c *Cache) Invalidate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.hits.Purge()
+	c.misses.Purge()
+}

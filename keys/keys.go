@@ -1,0 +1,377 @@
+// Package keys owns API keys: issuing, hashing, storing (SQLite in the data
+// directory) and looking them up on the hot path.
+//
+// Keys are operator-issued client credentials sent as
+// "Authorization: Bearer <key>". A key looks like "sk-sy-" followed by 43
+// random base62 characters. Only its SHA-256 hash is stored; the plain key is
+// shown once, by Create, and never again. Listings identify a key by its ID
+// ("key_" + 16 hex characters) and a short display prefix.
+//
+// The database is <dataDir>/switchyard.db in WAL mode, so the CLI
+// ("switchyard keys ...") and a running gateway can use it at the same time.
+// The gateway should answer requests through a Cache rather than the Store.
+package keys
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// ErrNotFound is returned for a key that is unknown or revoked. Callers
+// authenticating a request must not distinguish the two: both are simply
+// "invalid API key".
+var ErrNotFound = errors.New("keys: not found")
+
+// Key is a stored API key. It never holds the secret itself.
+type Key struct {
+	ID        string
+	Prefix    string // first 12 characters of the secret, for display only
+	Name      string
+	Tier      string
+	CreatedAt time.Time
+	RevokedAt time.Time // zero if active
+}
+
+// Revoked reports whether the key has been revoked.
+func (k Key) Revoked() bool { return !k.RevokedAt.IsZero() }
+
+const (
+	// dbFile is the name of the database file inside the data directory.
+	dbFile = "switchyard.db"
+
+	maxNameLen = 200 // characters
+	maxTierLen = 200 // characters
+
+	// busyTimeout is how long a statement waits for another connection or
+	// process (the CLI and the gateway share the file) to release a lock
+	// before failing with SQLITE_BUSY. Writes are rare and tiny, so waits are
+	// short in practice; this only needs to cover a checkpoint or a migration.
+	busyTimeout = 5 * time.Second
+)
+
+// Store is the persistent key store. It is safe for concurrent use, and
+// several Stores (in one or several processes) may use the same data
+// directory at once.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens, creating if necessary, the key store in dataDir and brings its
+// schema up to date. A new data directory is created with mode 0700 and a new
+// database file with mode 0600; existing ones keep their permissions.
+func Open(ctx context.Context, dataDir string) (*Store, error) {
+	if dataDir == "" {
+		return nil, errors.New("keys: open: empty data directory")
+	}
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("keys: open: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("keys: open: %w", err)
+	}
+	path := filepath.Join(dir, dbFile)
+	// Create the file ourselves: SQLite would create it with 0644 (less the
+	// umask), and it copies the main file's mode to the -wal and -shm files,
+	// so getting this one right covers all three.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("keys: open: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("keys: open: %w", err)
+	}
+
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("keys: open %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if err := s.init(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("keys: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// dsn builds the modernc.org/sqlite data source name for the database at
+// path. The parameters are applied by the driver to every pooled connection,
+// which matters because busy_timeout is per connection.
+func dsn(path string) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	// WAL lets readers (the gateway's lookups) proceed while a writer (the
+	// CLI issuing or revoking a key) holds the write lock, and vice versa.
+	q.Set("_journal_mode", "WAL")
+	// BEGIN IMMEDIATE takes the write lock up front. With the default
+	// deferred BEGIN, two read-then-write transactions in different
+	// processes can deadlock on the lock upgrade, and SQLite then fails one
+	// with SQLITE_BUSY without consulting busy_timeout.
+	q.Set("_txlock", "immediate")
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // Windows drive paths: file:///C:/...
+	}
+	// A file: URI, rather than the bare path, so that a data directory
+	// containing '?' or '%' cannot be mistaken for query parameters.
+	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
+	return u.String()
+}
+
+func (s *Store) init(ctx context.Context) error {
+	// journal_mode=WAL is silently ignored when it cannot be applied, and
+	// without WAL a long CLI transaction would block gateway lookups, so
+	// check rather than assume.
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	}
+	return s.migrate(ctx)
+}
+
+// component is this package's row in schema_versions.
+const component = "keys"
+
+// migrations[i] brings the keys schema from version i to i+1. Append only:
+// never edit a migration that has shipped, because existing databases have
+// already run it.
+var migrations = []string{
+	// 1: initial schema. rpm, tpm and models are per-key overrides for later
+	// work (NULL means "use the tier's value"); models is a JSON array of
+	// allowed model names.
+	`CREATE TABLE api_keys (
+		id         TEXT PRIMARY KEY,
+		hash       TEXT NOT NULL UNIQUE, -- hex SHA-256 of the secret
+		prefix     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		tier       TEXT NOT NULL,
+		created_at INTEGER NOT NULL,     -- Unix nanoseconds
+		revoked_at INTEGER,              -- Unix nanoseconds; NULL while active
+		rpm        INTEGER,
+		tpm        INTEGER,
+		models     TEXT
+	) STRICT`,
+}
+
+// migrate applies pending migrations. Versions are tracked per component in
+// a schema_versions table rather than PRAGMA user_version, because
+// switchyard.db is shared: user_version is a single number for the whole
+// file and other packages will want to version their own tables.
+func (s *Store) migrate(ctx context.Context) error {
+	// The transaction begins IMMEDIATE (see dsn), so when the CLI and the
+	// gateway start together against a new file, one migrates while the
+	// other waits and then finds nothing to do.
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_versions (
+		component TEXT PRIMARY KEY,
+		version   INTEGER NOT NULL
+	) STRICT`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	var version int
+	err = tx.QueryRowContext(ctx,
+		`SELECT version FROM schema_versions WHERE component = ?`, component).Scan(&version)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if version > len(migrations) {
+		// An older binary must not write to a schema it does not know.
+		return fmt.Errorf("migrate: database schema version %d is newer than this binary supports (%d)",
+			version, len(migrations))
+	}
+	if version == len(migrations) {
+		return nil
+	}
+	for v := version; v < len(migrations); v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO schema_versions (component, version) VALUES (?, ?)
+		 ON CONFLICT (component) DO UPDATE SET version = excluded.version`,
+		component, len(migrations)); err != nil {
+		return fmt.Errorf("migrate: write version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error {
+	return s.db.Close()
+}
+
+// Create issues a new key and returns its secret, which is not stored and
+// cannot be recovered: the caller must hand it to the operator now.
+func (s *Store) Create(ctx context.Context, name, tier string) (secret string, k Key, err error) {
+	name, tier = strings.TrimSpace(name), strings.TrimSpace(tier)
+	if err := validate("name", name, maxNameLen); err != nil {
+		return "", Key{}, err
+	}
+	if err := validate("tier", tier, maxTierLen); err != nil {
+		return "", Key{}, err
+	}
+
+	secret, err = newSecret()
+	if err != nil {
+		return "", Key{}, err
+	}
+	id, err := newID()
+	if err != nil {
+		return "", Key{}, err
+	}
+	h := hashSecret(secret)
+	// Round-trip through Unix nanoseconds so that the returned CreatedAt is
+	// exactly what List and Lookup will report later.
+	now := time.Unix(0, time.Now().UnixNano()).UTC()
+	k = Key{
+		ID:        id,
+		Prefix:    secret[:displayPrefixLen],
+		Name:      name,
+		Tier:      tier,
+		CreatedAt: now,
+	}
+	if _, err := s.db.ExecContext(ctx,
+		`INSERT INTO api_keys (id, hash, prefix, name, tier, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		k.ID, hex.EncodeToString(h[:]), k.Prefix, k.Name, k.Tier, now.UnixNano()); err != nil {
+		return "", Key{}, fmt.Errorf("keys: create: %w", err)
+	}
+	return secret, k, nil
+}
+
+func validate(field, v string, maxLen int) error {
+	switch {
+	case v == "":
+		return fmt.Errorf("keys: %s must not be empty", field)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("keys: %s must be valid UTF-8", field)
+	case utf8.RuneCountInString(v) > maxLen:
+		return fmt.Errorf("keys: %s must be at most %d characters", field, maxLen)
+	}
+	return nil
+}
+
+// List returns all keys, newest first, including revoked ones.
+func (s *Store) List(ctx context.Context) ([]Key, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT id, prefix, name, tier, created_at, revoked_at FROM api_keys
+		 ORDER BY created_at DESC, rowid DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("keys: list: %w", err)
+	}
+	defer rows.Close()
+	var out []Key
+	for rows.Next() {
+		var (
+			k       Key
+			created int64
+			revoked sql.NullInt64
+		)
+		if err := rows.Scan(&k.ID, &k.Prefix, &k.Name, &k.Tier, &created, &revoked); err != nil {
+			return nil, fmt.Errorf("keys: list: %w", err)
+		}
+		k.CreatedAt = time.Unix(0, created).UTC()
+		if revoked.Valid {
+			k.RevokedAt = time.Unix(0, revoked.Int64).UTC()
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("keys: list: %w", err)
+	}
+	return out, nil
+}
+
+// Lookup returns the active key whose secret is secret, or ErrNotFound if
+// there is none or it has been revoked.
+//
+// The secret is hashed before it touches the database, so the index search
+// and string comparisons SQLite performs run on the hash. Their timing can at
+// most reveal how much of an attacker-chosen input's SHA-256 matches a stored
+// hash, which gives no help in finding a secret.
+func (s *Store) Lookup(ctx context.Context, secret string) (Key, error) {
+	if !wellFormedSecret(secret) {
+		return Key{}, ErrNotFound
+	}
+	return s.lookupHash(ctx, hashSecret(secret))
+}
+
+func (s *Store) lookupHash(ctx context.Context, h [32]byte) (Key, error) {
+	var (
+		k       Key
+		created int64
+	)
+	err := s.db.QueryRowContext(ctx,
+		`SELECT id, prefix, name, tier, created_at FROM api_keys
+		 WHERE hash = ? AND revoked_at IS NULL`,
+		hex.EncodeToString(h[:])).Scan(&k.ID, &k.Prefix, &k.Name, &k.Tier, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, ErrNotFound
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("keys: lookup: %w", err)
+	}
+	k.CreatedAt = time.Unix(0, created).UTC()
+	return k, nil
+}
+
+// Revoke revokes a key, named either by its ID or by its full secret. It
+// returns an error wrapping ErrNotFound if no such key exists. Revoking an
+// already revoked key succeeds and keeps the original revocation time.
+//
+// Processes answering from a Cache keep accepting the key until the entry
+// expires or the cache is invalidated.
+func (s *Store) Revoke(ctx context.Context, idOrSecret string) error {
+	var column, value, label string
+	switch {
+	case wellFormedSecret(idOrSecret):
+		h := hashSecret(idOrSecret)
+		column, value = "hash", hex.EncodeToString(h[:])
+		label = idOrSecret[:displayPrefixLen] + "…" // never the whole secret
+	case wellFormedID(idOrSecret):
+		column, value, label = "id", idOrSecret, idOrSecret
+	default:
+		// Do not echo the argument: it may be a mistyped secret.
+		return fmt.Errorf("revoke: argument is neither a key ID (%s…) nor a full key: %w",
+			idPrefix, ErrNotFound)
+	}
+	// COALESCE keeps the first revocation time. SQLite counts a matched row
+	// as changed even when the value stays the same, so RowsAffected still
+	// tells "exists" from "unknown".
+	res, err := s.db.ExecContext(ctx,
+		`UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE `+column+` = ?`,
+		time.Now().UnixNano(), value)
+	if err != nil {
+		return fmt.Errorf("keys: revoke %s: %w", label, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("keys: revoke %s: %w", label, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("revoke %s: %w", label, ErrNotFound)
+	}
+	return nil
+}
