@@ -1,0 +1,61 @@
+// Command switchyard is the Switchyard gateway: one binary whose subcommands
+// run the whole stack, manage API keys and check configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `switchyard: an OpenAI-compatible inference gateway
+
+Usage:
+  switchyard run [--config FILE] [--data-dir DIR] [--listen ADDR] [--insecure] [--demo-key]
+  switchyard validate [--config FILE]
+  switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--config FILE]
+  switchyard keys list --data-dir DIR
+  switchyard keys revoke --data-dir DIR KEY_OR_ID
+  switchyard fake [--listen ADDR] [--api-key-env VAR]
+
+Without --config, the embedded default configuration is used (demo models on
+in-process fake upstreams, no internet needed).
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "switchyard:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(ctx, args[1:], stdout, stderr)
+	case "validate":
+		return cmdValidate(args[1:], stdout, stderr)
+	case "keys":
+		return cmdKeys(ctx, args[1:], stdout, stderr)
+	case "fake":
+		return cmdFake(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

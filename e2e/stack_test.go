@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/switchyard-ai/switchyard/apischema"
+	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/gateway"
+	"github.com/switchyard-ai/switchyard/providers/fake"
+)
+
+// providerKeyEnv names the provider credential variable the test stacks use.
+const providerKeyEnv = "SWITCHYARD_E2E_PROVIDER_KEY"
+
+// stack is one running gateway in front of one recording fake upstream.
+type stack struct {
+	gw          *gateway.Gateway
+	key         string // the client's API key
+	providerKey string
+	upstream    *recorder
+	logs        *syncBuffer
+}
+
+type stackOptions struct {
+	maxBody int64
+}
+
+// newStack starts a gateway whose only provider is a fake OpenAI upstream that
+// records what reaches it.
+func newStack(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	providerKey := "prov-" + strings.Repeat("z", 20) + fmt.Sprint(time.Now().UnixNano())
+	t.Setenv(providerKeyEnv, providerKey)
+	rec := &recorder{next: fake.NewOpenAI(fake.Options{APIKey: providerKey})}
+	up := httptest.NewServer(rec)
+	t.Cleanup(up.Close)
+
+	if o.maxBody == 0 {
+		o.maxBody = config.DefaultMaxRequestBodyBytes
+	}
+	yaml := fmt.Sprintf(`listeners:
+  - name: public
+    address: 127.0.0.1:0
+limits:
+  max_request_body_bytes: %d
+providers:
+  - name: fake-openai
+    kind: openai
+    base_url: %s/v1
+    api_key_env: %s
+models:
+  - id: demo/chat
+    context_window: 1000000
+    providers:
+      - provider: fake-openai
+        upstream_model: fake-chat-1
+`, o.maxBody, up.URL, providerKeyEnv)
+	cfg, err := config.Parse("e2e.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gw, err := gateway.Start(ctx, gateway.Options{
+		Config:         cfg,
+		DataDir:        t.TempDir(),
+		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		ListenOverride: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	key, _, err := gw.Keys.Create(ctx, "e2e", "standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &stack{gw: gw, key: key, providerKey: providerKey, upstream: rec, logs: logs}
+}
+
+// client is an official SDK client pointed at the gateway, with retries off so
+// every assertion sees the first answer.
+func (s *stack) client(opts ...option.RequestOption) openai.Client {
+	base := []option.RequestOption{
+		option.WithBaseURL(s.gw.BaseURL()),
+		option.WithAPIKey(s.key),
+		option.WithMaxRetries(0),
+	}
+	return openai.NewClient(append(base, opts...)...)
+}
+
+// post sends a raw request (for bodies the SDK would never produce).
+func (s *stack) post(t *testing.T, path, auth string, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.gw.BaseURL()+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("content-type", "application/json")
+	if auth != "" {
+		req.Header.Set("authorization", "Bearer "+auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// recorder remembers the headers and bodies of requests reaching the upstream.
+type recorder struct {
+	next http.Handler
+	mu   sync.Mutex
+	reqs []recorded
+}
+
+type recorded struct {
+	header http.Header
+	body   []byte
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	r.reqs = append(r.reqs, recorded{header: req.Header.Clone(), body: body})
+	r.mu.Unlock()
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	r.next.ServeHTTP(w, req)
+}
+
+func (r *recorder) all() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]recorded(nil), r.reqs...)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var (
+	schemaOnce sync.Once
+	schema     *apischema.Validator
+	schemaErr  error
+)
+
+// validateSchema checks a body Switchyard produced against the official
+// OpenAI schema, or skips that check (saying so) when the spec is absent.
+func validateSchema(t *testing.T, name string, doc []byte) {
+	t.Helper()
+	schemaOnce.Do(func() {
+		path, ok := apischema.Find()
+		if !ok {
+			schemaErr = fmt.Errorf("OpenAI spec not found (../shared/openapi)")
+			return
+		}
+		schema, schemaErr = apischema.Load(path)
+	})
+	if schemaErr != nil {
+		t.Logf("schema check skipped: %v", schemaErr)
+		return
+	}
+	if err := schema.Validate(name, doc); err != nil {
+		t.Errorf("body does not match %s: %v\n%s", name, err, doc)
+	}
+}

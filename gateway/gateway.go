@@ -1,0 +1,246 @@
+// Package gateway owns assembling Switchyard's components into one process:
+// the control plane, extproc and the single-node data plane, each talking to
+// the others over real gRPC on loopback exactly as separate processes would,
+// plus the demo upstreams the configuration asks for.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchyard-ai/switchyard/adsclient"
+	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/dataplane"
+	"github.com/switchyard-ai/switchyard/extproc"
+	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/providers/fake"
+)
+
+// Options configure an in-process gateway.
+type Options struct {
+	Config  *config.Config
+	DataDir string
+	Logger  *slog.Logger
+	// Insecure allows plain HTTP on non-loopback listener addresses.
+	Insecure bool
+	// ListenOverride, when set, replaces the address of the first listener
+	// ("127.0.0.1:0" picks a free port).
+	ListenOverride string
+	// Usage, when set, is told every request's token usage.
+	Usage extproc.UsageRecorder
+	// SyncTimeout bounds the wait for the first xDS configuration.
+	SyncTimeout time.Duration
+}
+
+// Gateway is a running in-process stack.
+type Gateway struct {
+	Keys     *keys.Store
+	Control  *controlplane.Server
+	ExtProc  *extproc.Server
+	Data     *dataplane.DataPlane
+	listener config.Listener
+	closers  []func()
+}
+
+// Key cache bounds: a key lookup on the hot path is an LRU hit; a miss costs one
+// SQLite read. Misses are cached too, so a flood of bad keys stays off the database.
+const (
+	keyCacheSize = 100_000
+	keyCacheTTL  = time.Second
+)
+
+// Start builds and starts the whole stack and returns once the data plane is
+// serving the configuration it received over xDS.
+func Start(ctx context.Context, opts Options) (g *Gateway, err error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.SyncTimeout == 0 {
+		opts.SyncTimeout = 10 * time.Second
+	}
+	cfg := opts.Config
+	log := opts.Logger
+	g = &Gateway{listener: cfg.Listeners[0]}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	runCtx, cancel := context.WithCancel(context.Background())
+	g.closers = append(g.closers, cancel)
+
+	if err := startDemoUpstreams(runCtx, cfg, g); err != nil {
+		return nil, err
+	}
+	if err := checkCredentials(cfg); err != nil {
+		return nil, err
+	}
+
+	store, err := keys.Open(ctx, opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	g.Keys = store
+	g.closers = append(g.closers, func() { _ = store.Close() })
+
+	// Control plane.
+	g.Control = controlplane.New(log.With("component", "controlplane"))
+	if _, err := g.Control.Update(ctx, cfg); err != nil {
+		return nil, err
+	}
+	xdsAddr, err := serveGRPC(g, g.Control.Register)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: control plane: %w", err)
+	}
+
+	// extproc, configured by the control plane over RTDS.
+	g.ExtProc = extproc.New(extproc.Options{
+		Keys:   keys.NewCache(store, keyCacheSize, keyCacheTTL),
+		Usage:  opts.Usage,
+		Logger: log.With("component", "extproc"),
+	})
+	extprocAddr, err := serveGRPC(g, g.ExtProc.Register)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: extproc: %w", err)
+	}
+	extprocADS, err := dialADS(g, xdsAddr, "switchyard-extproc", log)
+	if err != nil {
+		return nil, err
+	}
+	extprocADS.Watch(resourcev3.RuntimeType, []string{catalog.RuntimeName}, g.ExtProc.CatalogHandler)
+
+	// Data plane, configured by the control plane over LDS/RDS/CDS/EDS/SDS.
+	dpOpts := dataplane.Options{
+		Logger:         log.With("component", "dataplane"),
+		StaticClusters: map[string]string{catalog.ExtProcCluster: extprocAddr, catalog.XDSCluster: xdsAddr},
+		Insecure:       opts.Insecure,
+	}
+	if opts.ListenOverride != "" {
+		dpOpts.ListenOverride = map[string]string{g.listener.Name: opts.ListenOverride}
+	}
+	g.Data = dataplane.New(dpOpts)
+	g.closers = append(g.closers, func() { _ = g.Data.Close() })
+	dpADS, err := dialADS(g, xdsAddr, "switchyard-dataplane", log)
+	if err != nil {
+		return nil, err
+	}
+	g.Data.Watch(dpADS)
+
+	for _, c := range []*adsclient.Client{extprocADS, dpADS} {
+		go func() { _ = c.Run(runCtx) }()
+	}
+	wait, cancelWait := context.WithTimeout(ctx, opts.SyncTimeout)
+	defer cancelWait()
+	for _, c := range []*adsclient.Client{extprocADS, dpADS} {
+		select {
+		case <-c.Synced():
+		case <-wait.Done():
+			return nil, fmt.Errorf("gateway: no xDS configuration within %s", opts.SyncTimeout)
+		}
+	}
+	for g.Data.Addr(g.listener.Name) == nil {
+		select {
+		case <-wait.Done():
+			return nil, fmt.Errorf("gateway: listener %q did not start within %s", g.listener.Name, opts.SyncTimeout)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return g, nil
+}
+
+// BaseURL is the OpenAI base URL of the first listener.
+func (g *Gateway) BaseURL() string {
+	scheme := "http"
+	if g.listener.TLS != nil {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s/v1", scheme, g.Data.Addr(g.listener.Name))
+}
+
+// Close stops every component, most recently started first.
+func (g *Gateway) Close() {
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		g.closers[i]()
+	}
+	g.closers = nil
+}
+
+func serveGRPC(g *Gateway, register func(*grpc.Server)) (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := grpc.NewServer()
+	register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	g.closers = append(g.closers, srv.Stop)
+	return lis.Addr().String(), nil
+}
+
+func dialADS(g *Gateway, addr, node string, log *slog.Logger) (*adsclient.Client, error) {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: dial control plane: %w", err)
+	}
+	g.closers = append(g.closers, func() { _ = cc.Close() })
+	return adsclient.New(cc, &corev3.Node{Id: node, Cluster: "switchyard"}, log.With("component", "ads", "node", node)), nil
+}
+
+// startDemoUpstreams starts the fake vendors the config asks for. A provider
+// that points at a demo upstream and names an unset credential variable gets a
+// random credential for this process, so credential injection is exercised
+// end to end even in the demo.
+func startDemoUpstreams(ctx context.Context, cfg *config.Config, g *Gateway) error {
+	for _, d := range cfg.DemoUpstreams {
+		var apiKey string
+		for _, p := range cfg.Providers {
+			u, err := url.Parse(p.BaseURL)
+			if err != nil || u.Host != d.Listen || p.APIKeyEnv == "" {
+				continue
+			}
+			if os.Getenv(p.APIKeyEnv) == "" {
+				if err := os.Setenv(p.APIKeyEnv, randomSecret()); err != nil {
+					return err
+				}
+			}
+			apiKey = os.Getenv(p.APIKeyEnv)
+		}
+		srv, _, err := fake.Start(ctx, d.Listen, fake.Options{APIKey: apiKey})
+		if err != nil {
+			return fmt.Errorf("gateway: demo upstream %q on %s: %w", d.Name, d.Listen, err)
+		}
+		g.closers = append(g.closers, func() { _ = srv.Close() })
+	}
+	return nil
+}
+
+func checkCredentials(cfg *config.Config) error {
+	var errs []error
+	for _, p := range cfg.Providers {
+		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
+			errs = append(errs, fmt.Errorf("provider %q: environment variable %s (api_key_env) is not set", p.Name, p.APIKeyEnv))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func randomSecret() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return "demo-" + hex.EncodeToString(b)
+}
