@@ -25,7 +25,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // ErrNotFound is returned for a key that is unknown or revoked. Callers
@@ -111,9 +112,11 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 func dsn(path string) string {
 	q := url.Values{}
 	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
-	// WAL lets readers (the gateway's lookups) proceed while a writer (the
-	// CLI issuing or revoking a key) holds the write lock, and vice versa.
-	q.Set("_journal_mode", "WAL")
+	// journal_mode is deliberately not set here: WAL is a property of the
+	// file, set once by init. As a per-connection pragma it would make every
+	// new pooled connection try to change the journal mode, which can fail
+	// with SQLITE_BUSY without waiting while another process holds a lock.
+
 	// BEGIN IMMEDIATE takes the write lock up front. With the default
 	// deferred BEGIN, two read-then-write transactions in different
 	// processes can deadlock on the lock upgrade, and SQLite then fails one
@@ -130,17 +133,75 @@ func dsn(path string) string {
 }
 
 func (s *Store) init(ctx context.Context) error {
-	// journal_mode=WAL is silently ignored when it cannot be applied, and
-	// without WAL a long CLI transaction would block gateway lookups, so
-	// check rather than assume.
+	// Some of SQLite's lock acquisitions during a journal mode change and
+	// WAL recovery return SQLITE_BUSY at once instead of calling the busy
+	// handler, so two processes opening a new database together need this
+	// retry on top of busy_timeout.
+	return retryBusy(ctx, func() error {
+		if err := s.enableWAL(ctx); err != nil {
+			return err
+		}
+		return s.migrate(ctx)
+	})
+}
+
+// errNotWAL reports that SQLite declined to switch to WAL, which it does by
+// returning the old mode rather than an error, typically because another
+// connection holds a lock.
+var errNotWAL = errors.New("journal mode is not wal")
+
+// enableWAL switches the database file to write-ahead logging. WAL lets
+// readers (the gateway's lookups) proceed while a writer (the CLI issuing or
+// revoking a key) holds the write lock, and vice versa. The mode is stored
+// in the file, so this is a no-op for an existing database.
+func (s *Store) enableWAL(ctx context.Context) error {
 	var mode string
-	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fmt.Errorf("read journal mode: %w", err)
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return fmt.Errorf("set journal mode: %w", err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal mode is %q, want wal", mode)
+		return fmt.Errorf("%w (got %q)", errNotWAL, mode)
 	}
-	return s.migrate(ctx)
+	return nil
+}
+
+// retryBusy calls f until it succeeds, fails with an error other than
+// "database busy", ctx is done, or busyTimeout has passed.
+func retryBusy(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(busyTimeout)
+	wait := 5 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err means another connection holds a conflicting
+// lock, so that retrying later may succeed.
+func isBusy(err error) bool {
+	if errors.Is(err, errNotWAL) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	// The primary result code is the low byte of the extended one.
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
 }
 
 // component is this package's row in schema_versions.

@@ -79,6 +79,13 @@ func newID() (string, error) {
 // keeps the hot path cheap and, being deterministic, lets us find a key by an
 // indexed equality lookup on the hash instead of scanning and verifying.
 func hashSecret(secret string) [sha256.Size]byte {
+	if len(secret) <= secretLen {
+		// Copying into a stack array keeps the hot path allocation-free;
+		// []byte(secret) would allocate for anything over 32 bytes.
+		var buf [secretLen]byte
+		n := copy(buf[:], secret)
+		return sha256.Sum256(buf[:n])
+	}
 	return sha256.Sum256([]byte(secret))
 }
 
