@@ -298,8 +298,11 @@ func (v *validator) check(c *Config) {
 			v.fail(fmt.Sprintf("duplicate listener %q", l.Name), "listeners", i, "name")
 		}
 		seen["l:"+l.Name] = true
-		if _, _, err := net.SplitHostPort(l.Address); err != nil {
+		if host, _, err := net.SplitHostPort(l.Address); err != nil {
 			v.fail("must be host:port", "listeners", i, "address")
+		} else if host != "" && host != "localhost" && net.ParseIP(host) == nil {
+			// Envoy binds socket addresses, not names.
+			v.fail("host must be an IP address (or localhost)", "listeners", i, "address")
 		} else if seen["a:"+l.Address] {
 			v.fail(fmt.Sprintf("duplicate address %q", l.Address), "listeners", i, "address")
 		}

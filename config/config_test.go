@@ -48,6 +48,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"unknown field", [2]string{"kind: openai", "kind: openai\n    colour: red"}, []string{"line 7", "colour"}},
 		{"missing upstream", [2]string{"upstream_model: m1", "upstream_model: \"\""}, []string{"test.yaml:12:", "upstream_model", "required"}},
 		{"bad address", [2]string{"127.0.0.1:8080", "nowhere"}, []string{"test.yaml:3:", "listeners[0].address"}},
+		{"listener host name", [2]string{"127.0.0.1:8080", "gateway.example.com:8080"}, []string{"test.yaml:3:", "listeners[0].address", "IP address"}},
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
 		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"line 10", "lots"}},
 	}
