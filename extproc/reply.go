@@ -1,0 +1,130 @@
+package extproc
+
+import (
+	"slices"
+	"unsafe"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/catalog"
+)
+
+// setHeader is a header_mutation entry that replaces the header.
+func setHeader(name, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		// Envoy reads raw_value; only one of value and raw_value may be set.
+		Header: &corev3.HeaderValue{Key: name, RawValue: []byte(value)},
+		// Overwrite explicitly: newer Envoys honour append_action, older
+		// ones the (unset, hence false) append flag; both then replace.
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// headerValue returns a header's value; Envoy sends raw_value, but accept
+// value from data planes that still use it.
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+// immediate answers the client with e and ends processing. extra are
+// additional header name/value pairs.
+func immediate(e *apierror.Error, extra ...string) *extprocv3.ProcessingResponse {
+	h := e.Headers()
+	for i := 0; i+1 < len(extra); i += 2 {
+		h[extra[i]] = extra[i+1]
+	}
+	names := make([]string, 0, len(h))
+	for k := range h {
+		names = append(names, k)
+	}
+	slices.Sort(names) // deterministic replies
+	set := make([]*corev3.HeaderValueOption, 0, len(names))
+	for _, k := range names {
+		set = append(set, setHeader(k, h[k]))
+	}
+	details := "switchyard_error"
+	if e.Code != "" {
+		details = "switchyard_" + e.Code
+	}
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+			// Envoy answers 200 when the status is unset: always set it.
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
+			Body:    e.JSON(),
+			Details: details, // %RESPONSE_CODE_DETAILS% in access logs
+		}},
+	}
+}
+
+func requestHeadersReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: cr}}}
+}
+
+func requestBodyReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: cr}}}
+}
+
+func responseHeadersReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: cr}}}
+}
+
+func responseBodyReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+		ResponseBody: &extprocv3.BodyResponse{Response: cr}}}
+}
+
+// bodyMutation replaces the body (or the current chunk) with b.
+func bodyMutation(b []byte) *extprocv3.BodyMutation {
+	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: b}}
+}
+
+// modeOverride returns the processing mode for the rest of the request with
+// the given response body mode. Envoy replaces the whole mode with the
+// override, so every field the filter config sets is restated.
+func modeOverride(requestBody, responseBody filterv3.ProcessingMode_BodySendMode, responseHeaders filterv3.ProcessingMode_HeaderSendMode) *filterv3.ProcessingMode {
+	return &filterv3.ProcessingMode{
+		RequestHeaderMode:   filterv3.ProcessingMode_SEND,
+		RequestBodyMode:     requestBody,
+		RequestTrailerMode:  filterv3.ProcessingMode_SKIP,
+		ResponseHeaderMode:  responseHeaders,
+		ResponseBodyMode:    responseBody,
+		ResponseTrailerMode: filterv3.ProcessingMode_SKIP,
+	}
+}
+
+// metadata wraps fields in the namespace the filter is configured to accept
+// (metadata_options.receiving_namespaces); Envoy drops any other.
+func metadata(fields map[string]*structpb.Value) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		catalog.MetadataNamespace: structpb.NewStructValue(&structpb.Struct{Fields: fields}),
+	}}
+}
+
+func usageMetadata(u Usage) *structpb.Struct {
+	return metadata(map[string]*structpb.Value{
+		"prompt_tokens":     structpb.NewNumberValue(float64(u.PromptTokens)),
+		"completion_tokens": structpb.NewNumberValue(float64(u.CompletionTokens)),
+		"total_tokens":      structpb.NewNumberValue(float64(u.TotalTokens)),
+		"cached_tokens":     structpb.NewNumberValue(float64(u.CachedTokens)),
+	})
+}
+
+// bytesString views b as a string without copying, so gjson can read bodies
+// of many megabytes in place. b must not be modified while the string (or
+// any gjson result taken from it) is in use; bodies received from Envoy are
+// never modified.
+func bytesString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

@@ -1,0 +1,123 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard-ai/switchyard/keys"
+)
+
+// KeyLookup resolves a client's bearer token. keys.Cache satisfies it.
+type KeyLookup interface {
+	Lookup(ctx context.Context, secret string) (keys.Key, error)
+}
+
+// Usage is the token usage of one request.
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens, CachedTokens int64
+}
+
+// UsageRecorder is told the usage of every request that produced one (for
+// budgets and metrics).
+type UsageRecorder interface {
+	RecordUsage(ctx context.Context, keyID, model string, u Usage)
+}
+
+// Options configure a Server.
+type Options struct {
+	// Keys authenticates clients. Required.
+	Keys KeyLookup
+	// Usage, if not nil, is told the usage of every request that reports one.
+	Usage UsageRecorder
+	// Getenv resolves providers' api_key_env; it defaults to os.Getenv.
+	Getenv func(string) string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the ext_proc server. It is safe for concurrent use: each Process
+// stream keeps its own state, and the routing state is swapped atomically.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	keys   KeyLookup
+	usage  UsageRecorder
+	getenv func(string) string
+	log    *slog.Logger
+
+	routes atomic.Pointer[routeTable]
+	pick   policy
+}
+
+// New returns a Server that answers 503 to every request until SetCatalog
+// (or CatalogHandler) has been given a catalog.
+func New(opts Options) *Server {
+	if opts.Keys == nil {
+		panic("extproc: Options.Keys is required")
+	}
+	s := &Server{keys: opts.Keys, usage: opts.Usage, getenv: opts.Getenv, log: opts.Logger, pick: firstTarget}
+	if s.getenv == nil {
+		s.getenv = os.Getenv
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+// Register registers the server as the envoy.service.ext_proc.v3
+// ExternalProcessor on g.
+func (s *Server) Register(g *grpc.Server) {
+	extprocv3.RegisterExternalProcessorServer(g, s)
+}
+
+// Ready reports whether a catalog has been set. Until then every request is
+// answered with 503.
+func (s *Server) Ready() bool { return s.routes.Load() != nil }
+
+// Process serves one HTTP request: Envoy sends one message per phase and
+// expects exactly one matching reply to each.
+func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
+	ctx := ps.Context()
+	st := newStream(s)
+	// A client that goes away after the usage chunk still used the tokens:
+	// record them even if the end of the response never reaches us.
+	defer st.finish(ctx)
+	for {
+		req, err := ps.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return err
+		}
+		resp, err := st.handle(ctx, req)
+		if err != nil {
+			return err
+		}
+		if req.GetObservabilityMode() {
+			// Envoy ignores replies in observability mode.
+			continue
+		}
+		if err := ps.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// errInternal is what Envoy sees when a phase fails unexpectedly. Closing the
+// stream with an error makes a fail-closed filter answer the client with its
+// status_on_error instead of forwarding an unchecked request.
+var errInternal = status.Error(codes.Internal, "extproc: internal error")

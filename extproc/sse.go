@@ -1,0 +1,149 @@
+package extproc
+
+import (
+	"bytes"
+
+	"github.com/tidwall/gjson"
+)
+
+// maxPendingEvent bounds the unfinished event kept between chunks. Chat
+// completion events are a few hundred bytes; a stream without event
+// boundaries is not one we understand, and is then passed through as is.
+const maxPendingEvent = 1 << 20
+
+var usageKey = []byte(`"usage"`)
+
+// sseFilter follows a chat completion event stream chunk by chunk. It
+// captures the usage event and, when drop is set (the gateway asked for
+// usage the client did not), cuts that event out.
+//
+// Chunks do not align with events, so the unfinished trailing event is kept
+// in carry. When cutting, it is also withheld from the client until it is
+// complete: a usage event split over two chunks could not be cut once its
+// first half had been forwarded. Withholding costs no latency, as a client
+// cannot act on half an event.
+type sseFilter struct {
+	drop bool
+
+	carry []byte // unfinished event: forwarded already unless drop
+	out   []byte // reused buffer for rewritten chunks
+
+	usage Usage
+	seen  bool // usage has been captured
+	off   bool // gave up on the stream: everything passes through
+}
+
+// chunk processes one chunk of the stream. It returns the bytes to forward
+// in its place and true, or nil and false to forward it unchanged, which
+// is the common case and does not allocate.
+func (f *sseFilter) chunk(data []byte, eos bool) (out []byte, replace bool) {
+	if f.off {
+		return nil, false
+	}
+	buf := data
+	carried := len(f.carry) > 0
+	if carried {
+		f.carry = append(f.carry, data...)
+		buf = f.carry
+	}
+	// Events end with a blank line. pos is where the current event starts;
+	// buf[last:pos] is kept but not yet copied to f.out (drop mode).
+	pos, last, cut := 0, 0, false
+	f.out = f.out[:0]
+	for i := 0; ; {
+		nl := bytes.IndexByte(buf[i:], '\n')
+		if nl < 0 {
+			break
+		}
+		end := i + nl + 1
+		if nl == 0 || (nl == 1 && buf[i] == '\r') {
+			if f.event(buf[pos:end]) && f.drop {
+				f.out = append(f.out, buf[last:pos]...)
+				last, cut = end, true
+			}
+			pos = end
+		}
+		i = end
+	}
+	if eos && pos < len(buf) {
+		// A final event without its blank line.
+		if f.event(buf[pos:]) && f.drop {
+			f.out = append(f.out, buf[last:pos]...)
+			last, cut = len(buf), true
+		}
+		pos = len(buf)
+	}
+	if len(buf)-pos > maxPendingEvent {
+		f.off = true
+		pos = len(buf) // release what was withheld
+	}
+	if f.drop && (carried || cut || pos < len(buf)) {
+		if !carried && !cut {
+			out = data[:pos] // only withholding the tail: no copy needed
+		} else {
+			f.out = append(f.out, buf[last:pos]...)
+			out = f.out
+		}
+		replace = true
+	}
+	// Keep the unfinished event for the next chunk. out never aliases
+	// carry (it is f.out or a prefix of data), so moving it is safe.
+	rest := buf[pos:]
+	if carried {
+		f.carry = f.carry[:copy(f.carry, rest)]
+	} else {
+		f.carry = append(f.carry[:0], rest...)
+	}
+	if f.off {
+		f.carry = nil
+	}
+	return out, replace
+}
+
+// event inspects one complete event. It captures usage from the usage event
+// and reports whether the event is one to cut: it carries usage and no
+// choices. An event that also carries choices is kept whole, as its content
+// matters more than hiding a usage field.
+func (f *sseFilter) event(ev []byte) (cut bool) {
+	// Cheap test first: in JSON text `"usage"` can only be a key (inside
+	// a string its quotes would be escaped).
+	if bytes.Index(ev, usageKey) < 0 {
+		return false
+	}
+	var data []byte
+	n := 0
+	for rest := ev; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if len(line) >= 5 && string(line[:5]) == "data:" {
+			data = line[5:]
+			if len(data) > 0 && data[0] == ' ' {
+				data = data[1:]
+			}
+			n++
+		}
+	}
+	if n != 1 {
+		return false // OpenAI sends one data line per event
+	}
+	js := bytesString(data)
+	u := gjson.Get(js, "usage")
+	if !u.IsObject() {
+		return false // "usage": null on ordinary chunks
+	}
+	f.usage, f.seen = usageFrom(u), true
+	ch := gjson.Get(js, "choices")
+	return !ch.Exists() || ch.Type == gjson.Null || (ch.IsArray() && emptyArray(ch.Raw))
+}
+
+func emptyArray(raw string) bool {
+	i := skipSpace(raw, 1)
+	return i < len(raw) && raw[i] == ']'
+}

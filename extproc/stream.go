@@ -1,0 +1,128 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard-ai/switchyard/keys"
+)
+
+// respKind is how the response body is processed.
+type respKind uint8
+
+const (
+	respNone respKind = iota // not seen (mode NONE)
+	respJSON                 // BUFFERED: read usage, fix up errors
+	respSSE                  // STREAMED: read usage, maybe cut the usage chunk
+)
+
+// stream is the state of one HTTP request, carried across the messages of
+// its Process stream. Only the stream's goroutine touches it.
+type stream struct {
+	srv       *Server
+	requestID string // for logs only
+
+	chat     bool // authenticated POST /v1/chat/completions
+	key      keys.Key
+	routed   bool
+	model    string // canonical model id
+	provider string
+
+	status int
+	kind   respKind
+	sse    sseFilter
+
+	usage     Usage
+	haveUsage bool
+	recorded  bool
+
+	// Replies reused for every chunk of a streamed response so the per-chunk
+	// path does not allocate. Reuse is safe because Send serialises a reply
+	// before the next message is read, and nothing else holds them.
+	passChunk *extprocv3.ProcessingResponse
+	editChunk *extprocv3.ProcessingResponse
+	editBody  *extprocv3.BodyMutation_Body
+}
+
+func newStream(s *Server) *stream {
+	st := &stream{srv: s}
+	st.passChunk = responseBodyReply(nil)
+	st.editBody = &extprocv3.BodyMutation_Body{}
+	st.editChunk = responseBodyReply(&extprocv3.CommonResponse{
+		BodyMutation: &extprocv3.BodyMutation{Mutation: st.editBody},
+	})
+	return st
+}
+
+// handle answers one message. A panic in a phase is turned into a gRPC
+// error, which ends this stream only: a fail-closed Envoy answers the
+// client with an error and the server keeps serving.
+func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (resp *extprocv3.ProcessingResponse, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The panic value and stack name code, never request content.
+			st.srv.log.Error("extproc: panic in phase", "request_id", st.requestID,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			resp, err = nil, errInternal
+		}
+	}()
+	switch m := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.requestHeaders(ctx, m.RequestHeaders), nil
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(ctx, m.RequestBody), nil
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return st.responseHeaders(ctx, m.ResponseHeaders), nil
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return st.responseBody(ctx, m.ResponseBody), nil
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		// Trailers are SKIPped by config; answer in kind if one comes anyway.
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}, nil
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}}, nil
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "extproc: unexpected message %T", m)
+	}
+}
+
+// setUsage remembers the usage the provider reported.
+func (st *stream) setUsage(u Usage) {
+	if u.TotalTokens == 0 {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	st.usage, st.haveUsage = u, true
+}
+
+// recordUsage tells the UsageRecorder, once, about the usage seen.
+func (st *stream) recordUsage(ctx context.Context) {
+	if !st.haveUsage || st.recorded || !st.routed {
+		return
+	}
+	st.recorded = true
+	if st.srv.usage == nil {
+		return
+	}
+	// Tokens were spent even if the client has gone: do not let the
+	// stream's cancellation stop the recorder from charging them.
+	st.srv.usage.RecordUsage(context.WithoutCancel(ctx), st.key.ID, st.model, st.usage)
+}
+
+// finish runs when the Process stream ends, however it ends.
+func (st *stream) finish(ctx context.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			st.srv.log.Error("extproc: panic recording usage", "request_id", st.requestID, "panic", fmt.Sprint(r))
+		}
+	}()
+	if st.kind == respSSE && !st.haveUsage && st.sse.seen {
+		st.setUsage(st.sse.usage)
+	}
+	st.recordUsage(ctx)
+}
