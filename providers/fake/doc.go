@@ -1,0 +1,30 @@
+// Package fake provides fake LLM vendor upstreams for tests and the offline
+// demo. Each fake speaks its vendor's real wire format, so whatever talks to it
+// (the gateway, the official SDKs) exercises the same code paths as against the
+// real service; only the "model" is fake.
+//
+// This file set is the OpenAI-compatible fake (NewOpenAI). Replies are
+// deterministic and derived only from the request:
+//
+//   - The reply to the last user message is "Echo: <its text>"; choice i>0 is
+//     prefixed "(choice i) ". After a tool result message (role "tool") the
+//     reply is "The tool returned: <its text>".
+//   - With function tools and tool_choice not "none", the reply is one call to
+//     the first function (or the one tool_choice names), with arguments built
+//     from the function's parameters.properties: string "sample", number and
+//     integer 1, boolean true, anything else null.
+//   - stop cuts the text before the first stop sequence (finish_reason "stop");
+//     max_tokens / max_completion_tokens truncate it (finish_reason "length").
+//   - Tokens are whitespace-separated words. prompt_tokens counts the words of
+//     every message's text content, at least 1 per message (tool definitions
+//     are not counted); completion_tokens counts the words of the generated
+//     text, and a tool call counts 1 for its name plus 1 per argument.
+//
+// Streaming follows OpenAI's chunk sequence: a role chunk, one chunk per word
+// (with its leading space), a finish_reason chunk per choice, an optional usage
+// chunk, then [DONE].
+//
+// Faults and load shapes are injected per request with the x-fake-* headers
+// (see HeaderStatus and friends) or for every request with Options.Fault; the
+// headers win.
+package fake
