@@ -1,0 +1,26 @@
+// Package dataplane owns the single-node data plane: listeners, route
+// matching, the ext_proc client, and proxying to provider clusters.
+//
+// Envoy cannot run on every machine Switchyard runs on, so this package is a
+// small HTTP proxy that consumes the same xDS resources Envoy would (Listener,
+// RouteConfiguration, Cluster, ClusterLoadAssignment and Secret) and speaks
+// envoy.service.ext_proc.v3 to the ext_proc server over real gRPC, with
+// Envoy's semantics: one Process stream per request, opened lazily; header and
+// body phases in Envoy's order; Envoy's header mutation rules; route cache
+// clearing only alongside a header mutation; mode overrides only in replies to
+// header messages; dynamic metadata only for receiving namespaces; and
+// Envoy's status codes for timeouts, gRPC errors and spurious replies.
+//
+// Envoy's local replies that the router or the connection manager generate
+// (direct responses, no route, upstream failures, 413) travel through the
+// ext_proc filter's response path exactly as they do in Envoy; the replies the
+// ext_proc filter itself generates (immediate responses, processor failures)
+// do not, because processing is complete by then.
+//
+// Configuration is applied atomically: each request keeps the configuration
+// it started with until it ends. Settings Envoy would honour but this data
+// plane does not implement are refused by Apply when ignoring them would
+// change what a request sees (unsupported filters, body modes, cluster
+// types), and logged when they only change resilience (retries, outlier
+// detection, health checks).
+package dataplane

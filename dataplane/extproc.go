@@ -1,0 +1,529 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Envoy's ext_proc defaults.
+const (
+	defaultMessageTimeout = 200 * time.Millisecond
+	defaultStatusOnError  = 500
+)
+
+// extProcFilter is a compiled envoy.filters.http.ext_proc filter.
+type extProcFilter struct {
+	name              string
+	disabledByDefault bool // HttpFilter.disabled: runs only where a route enables it
+	cluster           string
+	conn              grpc.ClientConnInterface
+	initialMetadata   []string // key, value pairs
+	maxRecv           int
+	failureModeAllow  bool
+	mode              procMode
+	messageTimeout    time.Duration
+	maxMessageTimeout time.Duration
+	allowModeOverride bool
+	allowedOverrides  []procMode
+	receiving         map[string]bool
+	forwarding        []string
+	statusOnError     int
+	checker           *mutationChecker
+	disableImmediate  bool
+	routeCache        extprocfilterv3.ExternalProcessor_RouteCacheAction
+	keepContentLength bool
+	forwardAllowed    []*stringMatcher
+	forwardDisallowed []*stringMatcher
+}
+
+// procMode is a ProcessingMode reduced to what the filter acts on. Trailer
+// modes are always SKIP here: configurations asking for trailers are refused.
+type procMode struct {
+	reqHeaders, respHeaders bool
+	reqBody, respBody       extprocfilterv3.ProcessingMode_BodySendMode
+}
+
+func modeOf(pm *extprocfilterv3.ProcessingMode) procMode {
+	return procMode{
+		reqHeaders:  pm.GetRequestHeaderMode() != extprocfilterv3.ProcessingMode_SKIP,
+		respHeaders: pm.GetResponseHeaderMode() != extprocfilterv3.ProcessingMode_SKIP,
+		reqBody:     pm.GetRequestBodyMode(),
+		respBody:    pm.GetResponseBodyMode(),
+	}
+}
+
+// checkMode refuses what this data plane does not implement, so a
+// configuration that needs it fails loudly instead of behaving differently.
+func checkMode(pm *extprocfilterv3.ProcessingMode) error {
+	for _, m := range []extprocfilterv3.ProcessingMode_BodySendMode{pm.GetRequestBodyMode(), pm.GetResponseBodyMode()} {
+		if m == extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED || m == extprocfilterv3.ProcessingMode_GRPC {
+			return fmt.Errorf("body send mode %s is not supported", m)
+		}
+	}
+	if pm.GetRequestTrailerMode() == extprocfilterv3.ProcessingMode_SEND || pm.GetResponseTrailerMode() == extprocfilterv3.ProcessingMode_SEND {
+		return errors.New("trailer mode SEND is not supported")
+	}
+	return nil
+}
+
+func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProcessor, static map[string]string, conns func(string) (grpc.ClientConnInterface, error)) (*extProcFilter, error) {
+	if err := c.ValidateAll(); err != nil {
+		return nil, err
+	}
+	f := &extProcFilter{
+		name:              name,
+		disabledByDefault: disabled,
+		failureModeAllow:  c.GetFailureModeAllow(),
+		mode:              modeOf(c.GetProcessingMode()),
+		messageTimeout:    defaultMessageTimeout,
+		maxMessageTimeout: c.GetMaxMessageTimeout().AsDuration(),
+		allowModeOverride: c.GetAllowModeOverride(),
+		statusOnError:     defaultStatusOnError,
+		disableImmediate:  c.GetDisableImmediateResponse(),
+		routeCache:        c.GetRouteCacheAction(),
+		keepContentLength: c.GetAllowContentLengthHeader(),
+		maxRecv:           math.MaxInt32,
+	}
+	if err := checkMode(c.GetProcessingMode()); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.GetHttpService() != nil:
+		return nil, errors.New("http_service is not supported; use grpc_service.envoy_grpc")
+	case c.GetGrpcService().GetEnvoyGrpc() == nil:
+		return nil, errors.New("grpc_service must use envoy_grpc")
+	case c.GetObservabilityMode():
+		return nil, errors.New("observability_mode is not supported")
+	case len(c.GetRequestAttributes()) > 0 || len(c.GetResponseAttributes()) > 0:
+		return nil, errors.New("request_attributes and response_attributes are not supported")
+	case c.GetProcessingRequestModifier() != nil || c.GetOnProcessingResponse() != nil:
+		return nil, errors.New("processing_request_modifier and on_processing_response are not supported")
+	case c.GetSendBodyWithoutWaitingForHeaderResponse():
+		return nil, errors.New("send_body_without_waiting_for_header_response is not supported")
+	case c.GetDisableClearRouteCache() && c.GetRouteCacheAction() != extprocfilterv3.ExternalProcessor_DEFAULT:
+		return nil, errors.New("disable_clear_route_cache and route_cache_action cannot both be set")
+	}
+	if c.GetDisableClearRouteCache() {
+		f.routeCache = extprocfilterv3.ExternalProcessor_RETAIN
+	}
+	eg := c.GetGrpcService().GetEnvoyGrpc()
+	f.cluster = eg.GetClusterName()
+	if _, ok := static[f.cluster]; !ok {
+		return nil, &missingError{kind: "cluster", name: f.cluster, from: "ext_proc filter " + name, static: true}
+	}
+	conn, err := conns(f.cluster)
+	if err != nil {
+		return nil, err
+	}
+	f.conn = conn
+	if n := eg.GetMaxReceiveMessageLength().GetValue(); n > 0 && n < math.MaxInt32 {
+		f.maxRecv = int(n)
+	}
+	for _, hv := range c.GetGrpcService().GetInitialMetadata() {
+		v := hv.GetValue()
+		if v == "" {
+			v = string(hv.GetRawValue())
+		}
+		f.initialMetadata = append(f.initialMetadata, strings.ToLower(hv.GetKey()), v)
+	}
+	if c.GetMessageTimeout() != nil {
+		f.messageTimeout = c.GetMessageTimeout().AsDuration()
+	}
+	if s := c.GetStatusOnError(); s != nil && s.GetCode() != 0 {
+		f.statusOnError = int(s.GetCode())
+	}
+	for _, m := range c.GetAllowedOverrideModes() {
+		f.allowedOverrides = append(f.allowedOverrides, modeOf(m))
+	}
+	f.receiving = map[string]bool{}
+	for _, ns := range c.GetMetadataOptions().GetReceivingNamespaces().GetUntyped() {
+		f.receiving[ns] = true
+	}
+	f.forwarding = c.GetMetadataOptions().GetForwardingNamespaces().GetUntyped()
+	if f.checker, err = newMutationChecker(c.GetMutationRules()); err != nil {
+		return nil, err
+	}
+	for _, sm := range c.GetForwardRules().GetAllowedHeaders().GetPatterns() {
+		m, err := compileStringMatcher(sm)
+		if err != nil {
+			return nil, fmt.Errorf("forward_rules: %w", err)
+		}
+		f.forwardAllowed = append(f.forwardAllowed, m)
+	}
+	for _, sm := range c.GetForwardRules().GetDisallowedHeaders().GetPatterns() {
+		m, err := compileStringMatcher(sm)
+		if err != nil {
+			return nil, fmt.Errorf("forward_rules: %w", err)
+		}
+		f.forwardDisallowed = append(f.forwardDisallowed, m)
+	}
+	return f, nil
+}
+
+// forwardable applies forward_rules to a header name.
+func (f *extProcFilter) forwardable(name string) bool {
+	for _, m := range f.forwardDisallowed {
+		if m.match(name) {
+			return false
+		}
+	}
+	if len(f.forwardAllowed) == 0 {
+		return true
+	}
+	for _, m := range f.forwardAllowed {
+		if m.match(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// failure is an ext_proc failure that ends the request with a local reply
+// (or a reset when the response is already on the wire).
+type failure struct {
+	status int
+	code   string // apierror code, also the access log's response detail
+	msg    string
+}
+
+func (f *failure) Error() string { return fmt.Sprintf("%d %s: %s", f.status, f.code, f.msg) }
+
+// errSkip means "continue without the processor": processing is complete (or
+// the processor closed the stream, or failed with failure_mode_allow).
+var errSkip = errors.New("ext_proc: processing complete")
+
+type msgKind int
+
+const (
+	kindRequestHeaders msgKind = iota
+	kindRequestBody
+	kindResponseHeaders
+	kindResponseBody
+)
+
+// processor is one request's side of the ext_proc filter: a lazily opened
+// Process stream and the processing state Envoy keeps per request.
+type processor struct {
+	f    *extProcFilter
+	log  *slog.Logger
+	mode procMode
+	meta *requestMetadata
+
+	mu       sync.Mutex // one message in flight at a time
+	stream   extprocv3.ExternalProcessor_ProcessClient
+	cancel   context.CancelFunc
+	complete atomic.Bool // Envoy's processing_complete_
+}
+
+// requestMetadata is a request's dynamic metadata, keyed by namespace.
+type requestMetadata struct {
+	mu sync.Mutex
+	ns map[string]*structpb.Struct
+}
+
+// merge merges fields into a namespace, as Envoy's setDynamicMetadata does.
+func (m *requestMetadata) merge(ns string, s *structpb.Struct) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ns == nil {
+		m.ns = map[string]*structpb.Struct{}
+	}
+	cur := m.ns[ns]
+	if cur == nil {
+		cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		m.ns[ns] = cur
+	}
+	for k, v := range s.GetFields() {
+		cur.Fields[k] = v
+	}
+}
+
+func (m *requestMetadata) get(ns string) *structpb.Struct {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ns[ns]
+}
+
+func (p *processor) done() bool { return p.complete.Load() }
+
+// close ends the Process stream, as Envoy does when the filter is destroyed.
+func (p *processor) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.complete.Store(true)
+	p.closeLocked()
+}
+
+func (p *processor) closeLocked() {
+	if p.stream != nil {
+		_ = p.stream.CloseSend()
+		p.stream = nil
+	}
+	if p.cancel != nil {
+		p.cancel()
+		p.cancel = nil
+	}
+}
+
+func (p *processor) open(ctx context.Context) error {
+	// The stream lives as long as the request, not longer: a client that goes
+	// away cancels it.
+	sctx, cancel := context.WithCancel(ctx)
+	if len(p.f.initialMetadata) > 0 {
+		sctx = metadata.AppendToOutgoingContext(sctx, p.f.initialMetadata...)
+	}
+	stream, err := extprocv3.NewExternalProcessorClient(p.f.conn).Process(sctx, grpc.MaxCallRecvMsgSize(p.f.maxRecv))
+	if err != nil {
+		cancel()
+		return err
+	}
+	p.stream, p.cancel = stream, cancel
+	return nil
+}
+
+// call sends one message and returns the processor's reply to it: the
+// CommonResponse of a reply of the expected kind (possibly nil), or an
+// ImmediateResponse. It returns errSkip when processing is complete and
+// *failure when the request must end with a local reply.
+func (p *processor) call(ctx context.Context, req *extprocv3.ProcessingRequest, want msgKind) (*extprocv3.CommonResponse, *extprocv3.ImmediateResponse, error) {
+	resp, err := p.exchange(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Envoy applies mode_override before looking at the reply's kind, and only
+	// while a header message is outstanding.
+	if mo := resp.GetModeOverride(); mo != nil && p.f.allowModeOverride && (want == kindRequestHeaders || want == kindResponseHeaders) {
+		p.overrideMode(mo)
+	}
+	var (
+		common *extprocv3.CommonResponse
+		kind   msgKind
+	)
+	switch r := resp.GetResponse().(type) {
+	case *extprocv3.ProcessingResponse_ImmediateResponse:
+		if p.f.disableImmediate {
+			return nil, nil, p.spurious("immediate_response is disabled")
+		}
+		p.setMetadata(resp)
+		p.mu.Lock()
+		p.complete.Store(true)
+		p.closeLocked()
+		p.mu.Unlock()
+		return nil, r.ImmediateResponse, nil
+	case *extprocv3.ProcessingResponse_RequestHeaders:
+		common, kind = r.RequestHeaders.GetResponse(), kindRequestHeaders
+	case *extprocv3.ProcessingResponse_RequestBody:
+		common, kind = r.RequestBody.GetResponse(), kindRequestBody
+	case *extprocv3.ProcessingResponse_ResponseHeaders:
+		common, kind = r.ResponseHeaders.GetResponse(), kindResponseHeaders
+	case *extprocv3.ProcessingResponse_ResponseBody:
+		common, kind = r.ResponseBody.GetResponse(), kindResponseBody
+	default:
+		return nil, nil, p.spurious(fmt.Sprintf("unexpected reply %T", r))
+	}
+	p.setMetadata(resp)
+	if kind != want {
+		return nil, nil, p.spurious(fmt.Sprintf("reply of the wrong kind %T", resp.GetResponse()))
+	}
+	return common, nil, nil
+}
+
+// exchange sends req and waits for its reply under message_timeout.
+func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.complete.Load() {
+		return nil, errSkip
+	}
+	if p.stream == nil {
+		if err := p.open(ctx); err != nil {
+			return nil, p.failLocked(p.grpcFailure(err))
+		}
+	}
+	p.addForwardingMetadata(req)
+	stream, cancel := p.stream, p.cancel
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(p.f.messageTimeout, func() {
+		timedOut.Store(true)
+		cancel()
+	})
+	defer timer.Stop()
+	// A failed Send carries no status; Recv reports the stream's real error.
+	_ = stream.Send(req)
+	extended := false
+	for {
+		resp, err := stream.Recv()
+		if timedOut.Load() {
+			return nil, p.failLocked(&failure{status: 504, code: "ext_proc_message_timeout",
+				msg: "The request timed out in the gateway."})
+		}
+		if err == io.EOF {
+			// A clean close by the server: continue without the processor.
+			p.complete.Store(true)
+			p.closeLocked()
+			return nil, errSkip
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				p.complete.Store(true)
+				p.closeLocked()
+				return nil, ctx.Err()
+			}
+			return nil, p.failLocked(p.grpcFailure(err))
+		}
+		if d := resp.GetOverrideMessageTimeout(); d != nil {
+			// The server asks for more time: Envoy restarts the timer once per
+			// message, within [1ms, max_message_timeout].
+			nt := d.AsDuration()
+			if !extended && nt >= time.Millisecond && nt <= p.f.maxMessageTimeout && timer.Stop() {
+				timer.Reset(nt)
+				extended = true
+			}
+			continue
+		}
+		return resp, nil
+	}
+}
+
+func (p *processor) grpcFailure(err error) *failure {
+	p.log.Warn("ext_proc stream failed", "cluster", p.f.cluster, "error", err)
+	return &failure{status: p.f.statusOnError, code: "ext_proc_error", msg: "The gateway could not process the request."}
+}
+
+func (p *processor) spurious(why string) error {
+	p.log.Warn("ext_proc spurious message", "cluster", p.f.cluster, "reason", why)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failLocked(&failure{status: p.f.statusOnError, code: "ext_proc_error", msg: "The gateway could not process the request."})
+}
+
+// failLocked ends processing; with failure_mode_allow the request carries on
+// unprocessed, otherwise it gets f's local reply.
+func (p *processor) failLocked(f *failure) error {
+	p.complete.Store(true)
+	p.closeLocked()
+	if p.f.failureModeAllow {
+		return errSkip
+	}
+	return f
+}
+
+// overrideMode replaces the whole processing mode for both directions, as
+// Envoy does, unless allowed_override_modes excludes it or it asks for what
+// this data plane does not implement.
+func (p *processor) overrideMode(mo *extprocfilterv3.ProcessingMode) {
+	if err := checkMode(mo); err != nil {
+		p.log.Warn("ext_proc mode_override ignored", "error", err)
+		return
+	}
+	m := modeOf(mo)
+	if len(p.f.allowedOverrides) > 0 {
+		ok := false
+		for _, a := range p.f.allowedOverrides {
+			// request_header_mode is not part of the comparison.
+			if a.respHeaders == m.respHeaders && a.reqBody == m.reqBody && a.respBody == m.respBody {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return
+		}
+	}
+	p.mode = m
+}
+
+// setMetadata keeps the reply's dynamic metadata for receiving namespaces and
+// drops the rest.
+func (p *processor) setMetadata(resp *extprocv3.ProcessingResponse) {
+	dm := resp.GetDynamicMetadata()
+	if dm == nil {
+		return
+	}
+	for ns, v := range dm.GetFields() {
+		if !p.f.receiving[ns] {
+			p.log.Debug("ext_proc dynamic metadata dropped: namespace not in receiving_namespaces", "namespace", ns)
+			continue
+		}
+		if s := v.GetStructValue(); s != nil {
+			p.meta.merge(ns, s)
+		}
+	}
+}
+
+func (p *processor) addForwardingMetadata(req *extprocv3.ProcessingRequest) {
+	if len(p.f.forwarding) == 0 {
+		return
+	}
+	for _, ns := range p.f.forwarding {
+		s := p.meta.get(ns)
+		if s == nil {
+			continue
+		}
+		if req.MetadataContext == nil {
+			req.MetadataContext = newCoreMetadata()
+		}
+		req.MetadataContext.FilterMetadata[ns] = s
+	}
+}
+
+// headersRequest builds a request_headers or response_headers message.
+func (p *processor) headersRequest(h headerMap, endOfStream, response bool) *extprocv3.ProcessingRequest {
+	hm := h
+	if len(p.f.forwardAllowed) > 0 || len(p.f.forwardDisallowed) > 0 {
+		hm = nil
+		for _, f := range h {
+			if p.f.forwardable(f.key) {
+				hm = append(hm, f)
+			}
+		}
+	}
+	hh := &extprocv3.HttpHeaders{Headers: hm.proto(), EndOfStream: endOfStream}
+	if response {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
+}
+
+func bodyRequest(body []byte, endOfStream, response bool) *extprocv3.ProcessingRequest {
+	hb := &extprocv3.HttpBody{Body: body, EndOfStream: endOfStream}
+	if response {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: hb}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: hb}}
+}
+
+// mutateBody applies a BodyMutation to body and returns the result.
+func mutateBody(body []byte, bm *extprocv3.BodyMutation) []byte {
+	switch m := bm.GetMutation().(type) {
+	case *extprocv3.BodyMutation_Body:
+		return m.Body
+	case *extprocv3.BodyMutation_ClearBody:
+		if m.ClearBody {
+			return nil
+		}
+	}
+	return body
+}
+
+// shouldRemoveContentLength is Envoy's rule: in these modes the filter
+// cannot promise that a mutated body keeps the declared length.
+func shouldRemoveContentLength(body extprocfilterv3.ProcessingMode_BodySendMode, sendHeaders bool) bool {
+	return body == extprocfilterv3.ProcessingMode_STREAMED ||
+		body == extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL ||
+		(body == extprocfilterv3.ProcessingMode_BUFFERED && !sendHeaders)
+}

@@ -1,0 +1,199 @@
+package dataplane
+
+import (
+	"net/http"
+	"net/textproto"
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+)
+
+// Pseudo-header names, as Envoy's header map and ext_proc carry them.
+const (
+	hdrMethod    = ":method"
+	hdrPath      = ":path"
+	hdrAuthority = ":authority"
+	hdrScheme    = ":scheme"
+	hdrStatus    = ":status"
+)
+
+// headerField is one header entry; keys are lower-case.
+type headerField struct{ key, value string }
+
+// headerMap is an ordered, multi-valued header map with lower-case keys and
+// pseudo-headers first, the shape of Envoy's HeaderMap. ext_proc sees and
+// mutates this map, so repeated headers stay separate entries, as in Envoy.
+type headerMap []headerField
+
+func (h headerMap) get(key string) (string, bool) {
+	for _, f := range h {
+		if f.key == key {
+			return f.value, true
+		}
+	}
+	return "", false
+}
+
+func (h headerMap) value(key string) string {
+	v, _ := h.get(key)
+	return v
+}
+
+// joined returns every value of key joined by ",", the form Envoy's route
+// header matchers compare against.
+func (h headerMap) joined(key string) (string, bool) {
+	var (
+		vals  []string
+		found bool
+	)
+	for _, f := range h {
+		if f.key == key {
+			vals = append(vals, f.value)
+			found = true
+		}
+	}
+	return strings.Join(vals, ","), found
+}
+
+func (h *headerMap) add(key, value string) { *h = append(*h, headerField{key, value}) }
+
+// set replaces the first entry of key and drops the others, or appends one.
+func (h *headerMap) set(key, value string) {
+	out := (*h)[:0]
+	done := false
+	for _, f := range *h {
+		if f.key != key {
+			out = append(out, f)
+			continue
+		}
+		if !done {
+			out = append(out, headerField{key, value})
+			done = true
+		}
+	}
+	if !done {
+		out = append(out, headerField{key, value})
+	}
+	*h = out
+}
+
+func (h *headerMap) del(key string) {
+	out := (*h)[:0]
+	for _, f := range *h {
+		if f.key != key {
+			out = append(out, f)
+		}
+	}
+	*h = out
+}
+
+func (h headerMap) clone() headerMap { return append(headerMap(nil), h...) }
+
+// proto renders the map for ext_proc: values go in raw_value, as Envoy sends
+// them (the string value field is left empty).
+func (h headerMap) proto() *corev3.HeaderMap {
+	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, 0, len(h))}
+	for _, f := range h {
+		out.Headers = append(out.Headers, &corev3.HeaderValue{Key: f.key, RawValue: []byte(f.value)})
+	}
+	return out
+}
+
+// httpHeader converts the map into an http.Header without pseudo-headers and
+// without hop-by-hop headers, which never cross the proxy.
+func (h headerMap) httpHeader() http.Header {
+	out := make(http.Header, len(h))
+	for _, f := range h {
+		if strings.HasPrefix(f.key, ":") || isHopByHop(f.key, f.value) {
+			continue
+		}
+		k := textproto.CanonicalMIMEHeaderKey(f.key)
+		out[k] = append(out[k], f.value)
+	}
+	return out
+}
+
+// appendHTTPHeader appends hdr to h with lower-case keys in a stable
+// (sorted) order, so ext_proc sees the same message for the same request.
+func (h *headerMap) appendHTTPHeader(hdr http.Header) {
+	keys := make([]string, 0, len(hdr))
+	for k := range hdr {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		lk := strings.ToLower(k)
+		for _, v := range hdr[k] {
+			h.add(lk, v)
+		}
+	}
+}
+
+// stripHopByHop removes connection-specific headers, and the headers the
+// connection header names, as Envoy's codecs do before any filter runs.
+func (h *headerMap) stripHopByHop() {
+	var named []string
+	for _, f := range *h {
+		if f.key == "connection" {
+			for _, n := range strings.Split(f.value, ",") {
+				if n = strings.ToLower(strings.TrimSpace(n)); n != "" && n != "close" && n != "keep-alive" {
+					named = append(named, n)
+				}
+			}
+		}
+	}
+	out := (*h)[:0]
+	for _, f := range *h {
+		if isHopByHop(f.key, f.value) || containsString(named, f.key) {
+			continue
+		}
+		out = append(out, f)
+	}
+	*h = out
+}
+
+// isHopByHop reports connection-specific headers. "te: trailers" is the one
+// te value Envoy forwards.
+func isHopByHop(key, value string) bool {
+	switch key {
+	case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "http2-settings":
+		return true
+	case "te":
+		return !strings.EqualFold(strings.TrimSpace(value), "trailers")
+	}
+	return false
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// validHeaderName reports whether name is a valid (lower-case) header name or
+// a pseudo-header name.
+func validHeaderName(name string) bool {
+	n := strings.TrimPrefix(name, ":")
+	if n == "" {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		c := n[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue rejects the bytes that would split or end a header.
+func validHeaderValue(v string) bool {
+	return !strings.ContainsAny(v, "\r\n\x00")
+}

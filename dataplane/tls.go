@@ -1,0 +1,172 @@
+package dataplane
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+)
+
+// Transport socket names Envoy recognises.
+const (
+	transportSocketTLS = "envoy.transport_sockets.tls"
+	transportSocketRaw = "envoy.transport_sockets.raw_buffer"
+)
+
+// readDataSource resolves a DataSource; files are read when the update is
+// applied, so a missing file fails the update instead of a request.
+func readDataSource(ds *corev3.DataSource) ([]byte, error) {
+	switch s := ds.GetSpecifier().(type) {
+	case *corev3.DataSource_InlineString:
+		return []byte(s.InlineString), nil
+	case *corev3.DataSource_InlineBytes:
+		return s.InlineBytes, nil
+	case *corev3.DataSource_Filename:
+		b, err := os.ReadFile(s.Filename)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", s.Filename, err)
+		}
+		return b, nil
+	case *corev3.DataSource_EnvironmentVariable:
+		v, ok := os.LookupEnv(s.EnvironmentVariable)
+		if !ok {
+			return nil, fmt.Errorf("environment variable %s is not set", s.EnvironmentVariable)
+		}
+		return []byte(v), nil
+	}
+	return nil, errors.New("empty data source")
+}
+
+// tlsVersion maps Envoy's TLS version enum; auto means def.
+func tlsVersion(v tlsv3.TlsParameters_TlsProtocol, def uint16) uint16 {
+	switch v {
+	case tlsv3.TlsParameters_TLSv1_0:
+		return tls.VersionTLS10
+	case tlsv3.TlsParameters_TLSv1_1:
+		return tls.VersionTLS11
+	case tlsv3.TlsParameters_TLSv1_2:
+		return tls.VersionTLS12
+	case tlsv3.TlsParameters_TLSv1_3:
+		return tls.VersionTLS13
+	}
+	return def
+}
+
+// certificates resolves a CommonTlsContext's certificates, inline or by SDS
+// name from secrets.
+func certificates(c *tlsv3.CommonTlsContext, secrets map[string]*tlsv3.Secret, from string) ([]tls.Certificate, error) {
+	var certs []*tlsv3.TlsCertificate
+	certs = append(certs, c.GetTlsCertificates()...)
+	for _, sc := range c.GetTlsCertificateSdsSecretConfigs() {
+		s, ok := secrets[sc.GetName()]
+		if !ok {
+			return nil, &missingError{kind: "secret", name: sc.GetName(), from: from}
+		}
+		tc := s.GetTlsCertificate()
+		if tc == nil {
+			return nil, fmt.Errorf("%s: secret %q holds no tls_certificate", from, sc.GetName())
+		}
+		certs = append(certs, tc)
+	}
+	var out []tls.Certificate
+	for _, tc := range certs {
+		chain, err := readDataSource(tc.GetCertificateChain())
+		if err != nil {
+			return nil, fmt.Errorf("%s: certificate_chain: %w", from, err)
+		}
+		key, err := readDataSource(tc.GetPrivateKey())
+		if err != nil {
+			return nil, fmt.Errorf("%s: private_key: %w", from, err)
+		}
+		cert, err := tls.X509KeyPair(chain, key)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		out = append(out, cert)
+	}
+	return out, nil
+}
+
+// downstreamTLS builds a listener's server TLS configuration: h2 and
+// http/1.1 over ALPN unless the context says otherwise, TLS 1.2 at least.
+func downstreamTLS(ctx *tlsv3.DownstreamTlsContext, secrets map[string]*tlsv3.Secret, from string) (*tls.Config, error) {
+	if ctx.GetRequireClientCertificate().GetValue() {
+		return nil, fmt.Errorf("%s: client certificates are not supported", from)
+	}
+	common := ctx.GetCommonTlsContext()
+	certs, err := certificates(common, secrets, from)
+	if err != nil {
+		return nil, err
+	}
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("%s: TLS context has no certificate", from)
+	}
+	alpn := common.GetAlpnProtocols()
+	if len(alpn) == 0 {
+		alpn = []string{"h2", "http/1.1"}
+	}
+	params := common.GetTlsParams()
+	cfg := &tls.Config{
+		Certificates: certs,
+		NextProtos:   alpn,
+		MinVersion:   tlsVersion(params.GetTlsMinimumProtocolVersion(), tls.VersionTLS12),
+		MaxVersion:   tlsVersion(params.GetTlsMaximumProtocolVersion(), 0),
+	}
+	if cfg.MinVersion < tls.VersionTLS12 {
+		// Envoy's server default is also 1.2; older versions are refused here.
+		cfg.MinVersion = tls.VersionTLS12
+	}
+	return cfg, nil
+}
+
+// upstreamTLS builds a cluster's client TLS configuration. Envoy skips
+// certificate verification when the context has no validation context; this
+// data plane verifies against the system roots instead, because a proxy that
+// forwards API credentials must not trust any certificate.
+func upstreamTLS(ctx *tlsv3.UpstreamTlsContext, secrets map[string]*tlsv3.Secret, from string) (*tls.Config, error) {
+	common := ctx.GetCommonTlsContext()
+	certs, err := certificates(common, secrets, from)
+	if err != nil {
+		return nil, err
+	}
+	params := common.GetTlsParams()
+	cfg := &tls.Config{
+		ServerName:   ctx.GetSni(),
+		Certificates: certs,
+		NextProtos:   common.GetAlpnProtocols(),
+		MinVersion:   tlsVersion(params.GetTlsMinimumProtocolVersion(), tls.VersionTLS12),
+		MaxVersion:   tlsVersion(params.GetTlsMaximumProtocolVersion(), 0),
+	}
+	var vc *tlsv3.CertificateValidationContext
+	switch v := common.GetValidationContextType().(type) {
+	case nil:
+	case *tlsv3.CommonTlsContext_ValidationContext:
+		vc = v.ValidationContext
+	case *tlsv3.CommonTlsContext_CombinedValidationContext:
+		vc = v.CombinedValidationContext.GetDefaultValidationContext()
+	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
+		s, ok := secrets[v.ValidationContextSdsSecretConfig.GetName()]
+		if !ok {
+			return nil, &missingError{kind: "secret", name: v.ValidationContextSdsSecretConfig.GetName(), from: from}
+		}
+		vc = s.GetValidationContext()
+	default:
+		return nil, fmt.Errorf("%s: unsupported validation context %T", from, v)
+	}
+	if ca := vc.GetTrustedCa(); ca != nil {
+		pem, err := readDataSource(ca)
+		if err != nil {
+			return nil, fmt.Errorf("%s: trusted_ca: %w", from, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: trusted_ca holds no PEM certificate", from)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
