@@ -178,6 +178,20 @@ func TestChatCompletions(t *testing.T) {
 		}
 	})
 
+	t.Run("6 MiB prompt", func(t *testing.T) {
+		// Large bodies travel to extproc in one gRPC message; the gateway
+		// sizes that limit from max_request_body_bytes.
+		p := chatParams("big " + strings.Repeat("x", 6<<20))
+		p.MaxTokens = openai.Int(1)
+		res, err := c.Chat.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Choices[0].FinishReason != "length" || res.Usage.PromptTokens == 0 {
+			t.Errorf("finish %q usage %+v", res.Choices[0].FinishReason, res.Usage)
+		}
+	})
+
 	t.Run("max_tokens gives length", func(t *testing.T) {
 		p := chatParams("one two three four five six seven eight")
 		p.MaxTokens = openai.Int(2)
@@ -223,7 +237,8 @@ func TestChatErrors(t *testing.T) {
 	t.Run("unknown model", func(t *testing.T) {
 		p := chatParams("hi")
 		p.Model = "nobody/nothing"
-		_, err := s.client().Chat.Completions.New(ctx, p)
+		c := s.client()
+		_, err := c.Chat.Completions.New(ctx, p)
 		apiError(t, err, http.StatusNotFound, "model_not_found")
 		_, body := s.post(t, "/chat/completions", s.key, []byte(`{"model":"nobody/nothing","messages":[{"role":"user","content":"hi"}]}`))
 		validateSchema(t, "ErrorResponse", body)
@@ -238,8 +253,10 @@ func TestChatErrors(t *testing.T) {
 	t.Run("temperature 3", func(t *testing.T) {
 		p := chatParams("hi")
 		p.Temperature = openai.Float(3)
-		_, err := s.client().Chat.Completions.New(ctx, p)
-		if e := apiError(t, err, http.StatusBadRequest, "invalid_value"); e.Param != "temperature" {
+		c := s.client()
+		_, err := c.Chat.Completions.New(ctx, p)
+		// The code OpenAI itself sends for an out-of-range number.
+		if e := apiError(t, err, http.StatusBadRequest, "decimal_above_max_value"); e.Param != "temperature" {
 			t.Errorf("param = %q, want temperature", e.Param)
 		}
 	})
@@ -252,7 +269,8 @@ func TestChatErrors(t *testing.T) {
 		validateSchema(t, "ErrorResponse", body)
 	})
 	t.Run("provider 500 passed through", func(t *testing.T) {
-		_, err := s.client(option.WithHeader("x-fake-status", "500")).Chat.Completions.New(ctx, chatParams("hi"))
+		c := s.client(option.WithHeader("x-fake-status", "500"))
+		_, err := c.Chat.Completions.New(ctx, chatParams("hi"))
 		e := apiError(t, err, http.StatusInternalServerError, "fake_fault")
 		if e.Type != "server_error" {
 			t.Errorf("type = %q", e.Type)

@@ -53,7 +53,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	}
 	yaml := fmt.Sprintf(`listeners:
   - name: public
-    address: 127.0.0.1:0
+    address: 127.0.0.1:18080 # replaced by ListenOverride
 limits:
   max_request_body_bytes: %d
 providers:

@@ -66,7 +66,7 @@ const (
 
 // Start builds and starts the whole stack and returns once the data plane is
 // serving the configuration it received over xDS.
-func Start(ctx context.Context, opts Options) (g *Gateway, err error) {
+func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -75,7 +75,7 @@ func Start(ctx context.Context, opts Options) (g *Gateway, err error) {
 	}
 	cfg := opts.Config
 	log := opts.Logger
-	g = &Gateway{listener: cfg.Listeners[0]}
+	g := &Gateway{listener: cfg.Listeners[0]}
 	defer func() {
 		if err != nil {
 			g.Close()
@@ -114,7 +114,9 @@ func Start(ctx context.Context, opts Options) (g *Gateway, err error) {
 		Usage:  opts.Usage,
 		Logger: log.With("component", "extproc"),
 	})
-	extprocAddr, err := serveGRPC(g, g.ExtProc.Register)
+	// A buffered request body arrives in one gRPC message: allow the
+	// configured body limit plus room for headers.
+	extprocAddr, err := serveGRPC(g, g.ExtProc.Register, grpc.MaxRecvMsgSize(int(cfg.Limits.MaxRequestBodyBytes)+1<<20))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: extproc: %w", err)
 	}
@@ -180,12 +182,12 @@ func (g *Gateway) Close() {
 	g.closers = nil
 }
 
-func serveGRPC(g *Gateway, register func(*grpc.Server)) (string, error) {
+func serveGRPC(g *Gateway, register func(*grpc.Server), opts ...grpc.ServerOption) (string, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	g.closers = append(g.closers, srv.Stop)
