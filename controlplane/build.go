@@ -260,6 +260,8 @@ func buildListener(cfg *config.Config, l config.Listener) (*listenerv3.Listener,
 		}},
 		StreamIdleTimeout: durationpb.New(cfg.Limits.StreamIdleTimeout),
 		GenerateRequestId: wrapperspb.Bool(true),
+		// OpenAI clients read x-request-id from every response.
+		AlwaysSetRequestIdInResponse: true,
 		// Order matters: ext_proc must run before the router picks a route,
 		// and the router must be last.
 		HttpFilters: []*hcmv3.HttpFilter{

@@ -227,6 +227,9 @@ func TestChatErrors(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), `"invalid_api_key"`) {
 			t.Errorf("status %d body %s", resp.StatusCode, body)
 		}
+		if resp.Header.Get("x-request-id") == "" {
+			t.Error("no x-request-id on the error response")
+		}
 		validateSchema(t, "ErrorResponse", body)
 	})
 	t.Run("wrong key", func(t *testing.T) {
