@@ -7,59 +7,23 @@ import (
 	"errors"
 	"math"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchyard-ai/switchyard/apierror"
-	"github.com/switchyard-ai/switchyard/apischema"
+	"github.com/switchyard-ai/switchyard/apischema/schematest"
 )
 
 // The clock is fixed for the whole test binary so that golden outputs are
 // exact; nothing here depends on the real time.
 func init() { now = func() time.Time { return time.Unix(1700000000, 0) } }
 
-var (
-	specOnce      sync.Once
-	specValidator *apischema.Validator
-	specPath      string
-	specErr       error
-)
+func TestSpecAvailable(t *testing.T) { schematest.RequireSpec(t) }
 
-// spec returns the OpenAI schema validator, or nil when the spec is not
-// checked out beside the repository (schema checks are then skipped, see
-// TestSpecAvailable, while everything else still runs).
-func spec(t testing.TB) *apischema.Validator {
-	t.Helper()
-	specOnce.Do(func() {
-		p, ok := apischema.Find()
-		specPath = p
-		if ok {
-			specValidator, specErr = apischema.Load(p)
-		}
-	})
-	if specErr != nil {
-		t.Fatalf("load OpenAI spec %s: %v", specPath, specErr)
-	}
-	return specValidator
-}
-
-// conforms fails the test if doc does not validate against the named
-// component schema of the OpenAI spec.
+// conforms checks doc against the named OpenAI schema.
 func conforms(t testing.TB, schema string, doc []byte) {
 	t.Helper()
-	if v := spec(t); v != nil {
-		if err := v.Validate(schema, doc); err != nil {
-			t.Errorf("%v\ndocument: %s", err, doc)
-		}
-	}
-}
-
-func TestSpecAvailable(t *testing.T) {
-	if spec(t) == nil {
-		t.Skipf("OpenAI spec not found: looked for %s (set %s); outputs are not checked against the schema",
-			specPath, apischema.EnvSpec)
-	}
+	schematest.Conforms(t, schema, doc)
 }
 
 // jsonEqual fails the test unless got and want are the same JSON value
