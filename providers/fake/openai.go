@@ -15,9 +15,9 @@ import (
 const maxBody = 32 << 20
 
 // NewOpenAI returns a fake OpenAI-compatible upstream serving
-// POST /v1/chat/completions (and /chat/completions, for clients whose base URL
-// already ends in /v1). Other paths answer 404 and other methods 405, with
-// OpenAI error bodies.
+// POST /v1/chat/completions and POST /v1/embeddings (and both without /v1, for
+// clients whose base URL already ends in /v1). Other paths answer 404 and other
+// methods 405, with OpenAI error bodies.
 //
 // It panics if opts.Fault.Status is set outside 400-599: that is a
 // configuration bug, better caught at startup than as a broken response.
@@ -56,7 +56,8 @@ func (h *openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if r.URL.Path != "/v1/chat/completions" && r.URL.Path != "/chat/completions" {
+	embeddings := isEmbeddingsPath(r.URL.Path) // see embeddings.go
+	if !embeddings && r.URL.Path != "/v1/chat/completions" && r.URL.Path != "/chat/completions" {
 		apierror.NotFound(r.URL.Path).Write(w)
 		return
 	}
@@ -72,6 +73,10 @@ func (h *openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.status != 0 {
 		f.statusError().Write(w)
+		return
+	}
+	if embeddings {
+		h.embeddings(w, body)
 		return
 	}
 

@@ -188,7 +188,7 @@ func TestChatCompletionErrors(t *testing.T) {
 		{name: "bad stop", body: `{"model":"m","stop":5,"messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "invalid_value", param: "stop"},
 		{name: "unknown tool_choice", body: `{"model":"m",` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"nope"}},"messages":[{"role":"user","content":"hi"}]}`,
 			status: 400, code: "invalid_value", param: "tool_choice"},
-		{name: "unknown path", path: "/v1/embeddings", body: `{}`, status: 404, code: "unknown_url"},
+		{name: "unknown path", path: "/v1/moderations", body: `{}`, status: 404, code: "unknown_url"},
 		{name: "wrong method", method: http.MethodGet, status: 405, code: "method_not_allowed"},
 		{name: "bad fault header", body: `{}`, headers: []string{HeaderStatus, "oops"}, status: 400, code: "invalid_value", param: HeaderStatus},
 		{name: "fault status out of range", body: `{}`, headers: []string{HeaderStatus, "200"}, status: 400, code: "invalid_value", param: HeaderStatus},
