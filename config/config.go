@@ -35,6 +35,12 @@ type Config struct {
 	Providers     []Provider      `yaml:"providers"`
 	Models        []Model         `yaml:"models"`
 	Tiers         map[string]Tier `yaml:"tiers"`
+	// Backends is the Go service that answers the stateful endpoints
+	// (files, batches, responses, models); nil: no backend routes.
+	Backends *Backends `yaml:"backends"`
+	// UpstreamCAFile is the CA bundle provider certificates are verified
+	// against; default DefaultUpstreamCAFile.
+	UpstreamCAFile string `yaml:"upstream_ca_file"`
 }
 
 // Listener is a public listener of the data plane.
@@ -73,6 +79,11 @@ type Provider struct {
 	// credential; the credential itself never appears in the file.
 	APIKeyEnv string `yaml:"api_key_env"`
 	Region    string `yaml:"region"`
+	// HTTP2 says the provider speaks HTTP/2 (over TLS by ALPN, or h2c for
+	// http URLs), so many requests share one connection.
+	HTTP2 bool `yaml:"http2"`
+	// TLS overrides the upstream TLS settings of an https provider.
+	TLS *ProviderTLS `yaml:"tls"`
 }
 
 // Model is a client-visible model id and the providers that serve it.
@@ -93,7 +104,19 @@ type ModelProvider struct {
 type Tier struct {
 	RPM int `yaml:"rpm"`
 	TPM int `yaml:"tpm"`
+	// OnLimiterError is what happens to this tier's requests while the rate
+	// limiter cannot be reached: LimiterDeny (answer 503) or LimiterAllow
+	// (serve them unmetered). It defaults to deny for the free tier, whose
+	// traffic is the cheapest to turn away and the likeliest to be abuse,
+	// and to allow for every other tier, whose customers pay to be served.
+	OnLimiterError string `yaml:"on_limiter_error"`
 }
+
+// Tier.OnLimiterError values.
+const (
+	LimiterDeny  = "deny"
+	LimiterAllow = "allow"
+)
 
 // Defaults applied when a field is absent.
 const (
@@ -168,6 +191,7 @@ func (c *Config) applyDefaults() {
 	if c.Region == "" {
 		c.Region = "us"
 	}
+	c.applyDeployDefaults()
 	if c.Limits.MaxRequestBodyBytes == 0 {
 		c.Limits.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
 	}
@@ -194,8 +218,17 @@ func (c *Config) applyDefaults() {
 	if c.Tiers == nil {
 		c.Tiers = map[string]Tier{}
 	}
-	for name, t := range map[string]Tier{"free": {10, 40000}, "standard": {60, 200000}, "enterprise": {}} {
+	for name, t := range map[string]Tier{"free": {RPM: 10, TPM: 40000}, "standard": {RPM: 60, TPM: 200000}, "enterprise": {}} {
 		if _, ok := c.Tiers[name]; !ok {
+			c.Tiers[name] = t
+		}
+	}
+	for name, t := range c.Tiers {
+		if t.OnLimiterError == "" {
+			t.OnLimiterError = LimiterAllow
+			if name == "free" {
+				t.OnLimiterError = LimiterDeny
+			}
 			c.Tiers[name] = t
 		}
 	}
@@ -287,6 +320,7 @@ func (v *validator) check(c *Config) {
 	if !contains(Regions, c.Region) {
 		v.fail(fmt.Sprintf("must be one of %v", Regions), "region")
 	}
+	v.checkDeploy(c)
 	if len(c.Listeners) == 0 {
 		v.fail("at least one listener is required", "listeners")
 	}
@@ -392,6 +426,9 @@ func (v *validator) check(c *Config) {
 		}
 		if t.RPM < 0 || t.TPM < 0 {
 			v.fail("limits must not be negative", "tiers", name)
+		}
+		if t.OnLimiterError != LimiterDeny && t.OnLimiterError != LimiterAllow {
+			v.fail(fmt.Sprintf("must be %q or %q", LimiterDeny, LimiterAllow), "tiers", name, "on_limiter_error")
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -157,15 +158,30 @@ func TestBuildDefault(t *testing.T) {
 		t.Error("generate_request_id is not true")
 	}
 
-	// Filters: exactly [ext_proc, router].
+	if !hcm.GetUseRemoteAddress().GetValue() || !hcm.GetAlwaysSetRequestIdInResponse() {
+		t.Error("use_remote_address / always_set_request_id_in_response not set")
+	}
+	if n := len(hcm.GetLocalReplyConfig().GetMappers()); n != len(LocalReplies(cfg)) || n == 0 {
+		t.Errorf("local reply mappers = %d, want %d", n, len(LocalReplies(cfg)))
+	}
+	if len(hcm.GetAccessLog()) != 1 || hcm.GetAccessLog()[0].GetName() != AccessLoggerStdout {
+		t.Errorf("access log = %v", hcm.GetAccessLog())
+	}
+
+	// Filters: exactly [ext_proc, ratelimit, router].
 	var filterNames []string
 	for _, f := range hcm.GetHttpFilters() {
 		filterNames = append(filterNames, f.GetName())
 	}
-	if !slices.Equal(filterNames, []string{FilterExtProc, FilterRouter}) {
+	if !slices.Equal(filterNames, []string{FilterExtProc, FilterRateLimit, FilterRouter}) {
 		t.Fatalf("http filters = %v", filterNames)
 	}
-	unpack[*routerv3.Router](t, hcm.GetHttpFilters()[1].GetTypedConfig())
+	unpack[*routerv3.Router](t, hcm.GetHttpFilters()[2].GetTypedConfig())
+	rl := unpack[*ratelimitv3.RateLimit](t, hcm.GetHttpFilters()[1].GetTypedConfig())
+	if rl.GetDomain() != "switchyard" || rl.GetFailureModeDeny() ||
+		rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName() != RateLimitCluster {
+		t.Errorf("ratelimit filter = %v", rl)
+	}
 	ep := unpack[*extprocv3.ExternalProcessor](t, hcm.GetHttpFilters()[0].GetTypedConfig())
 	if got := ep.GetGrpcService().GetEnvoyGrpc().GetClusterName(); got != catalog.ExtProcCluster {
 		t.Errorf("ext_proc cluster = %q", got)
@@ -181,6 +197,9 @@ func TestBuildDefault(t *testing.T) {
 	}
 	if !ep.GetAllowModeOverride() {
 		t.Error("allow_mode_override is false")
+	}
+	if ep.GetRouteCacheAction() != extprocv3.ExternalProcessor_CLEAR {
+		t.Errorf("route_cache_action = %v, want CLEAR", ep.GetRouteCacheAction())
 	}
 	if got := ep.GetMetadataOptions().GetReceivingNamespaces().GetUntyped(); !slices.Equal(got, []string{catalog.MetadataNamespace}) {
 		t.Errorf("receiving namespaces = %v", got)
@@ -237,6 +256,11 @@ func TestBuildDefault(t *testing.T) {
 	if ra.GetPrefixRewrite() != "" {
 		t.Errorf("base path /v1 got prefix_rewrite %q", ra.GetPrefixRewrite())
 	}
+	perRoute := unpack[*ratelimitv3.RateLimitPerRoute](t, model.GetTypedPerFilterConfig()[FilterRateLimit])
+	if len(perRoute.GetRateLimits()) != 1 || !perRoute.GetRateLimits()[0].GetApplyOnStreamDone() ||
+		perRoute.GetRateLimits()[0].GetHitsAddend().GetFormat() != "%DYNAMIC_METADATA(switchyard:total_tokens)%" {
+		t.Errorf("model route rate limits = %v", perRoute)
+	}
 	nf := vh.GetRoutes()[1]
 	if nf.GetMatch().GetPrefix() != "/" || nf.GetDirectResponse().GetStatus() != 404 {
 		t.Errorf("not_found route = %v", nf)
@@ -268,7 +292,10 @@ func TestBuildDefault(t *testing.T) {
 		t.Errorf("cluster metadata = %v", md)
 	}
 	cla := resource[*endpointv3.ClusterLoadAssignment](t, snap, resourcev3.EndpointType, "provider_fake-openai")
-	checkEndpoint(t, cla, "127.0.0.1", 8091, "us")
+	checkEndpoint(t, cla, "127.0.0.1", 8091, "us", PriorityHomeRegion)
+	if c.GetOutlierDetection() == nil || len(c.GetCircuitBreakers().GetThresholds()) != 1 {
+		t.Errorf("outlier_detection %v circuit_breakers %v", c.GetOutlierDetection(), c.GetCircuitBreakers())
+	}
 
 	// RTDS: the catalog, decodable by extproc.
 	rt := resource[*runtimev3.Runtime](t, snap, resourcev3.RuntimeType, catalog.RuntimeName)
@@ -281,13 +308,13 @@ func TestBuildDefault(t *testing.T) {
 	}
 }
 
-func checkEndpoint(t *testing.T, cla *endpointv3.ClusterLoadAssignment, host string, port uint32, region string) {
+func checkEndpoint(t *testing.T, cla *endpointv3.ClusterLoadAssignment, host string, port uint32, region string, priority uint32) {
 	t.Helper()
 	if len(cla.GetEndpoints()) != 1 || len(cla.GetEndpoints()[0].GetLbEndpoints()) != 1 {
 		t.Fatalf("load assignment %q = %v", cla.GetClusterName(), cla)
 	}
 	le := cla.GetEndpoints()[0]
-	if le.GetLocality().GetRegion() != region || le.GetPriority() != 0 {
+	if le.GetLocality().GetRegion() != region || le.GetPriority() != priority {
 		t.Errorf("%s: locality %v priority %d", cla.GetClusterName(), le.GetLocality(), le.GetPriority())
 	}
 	sa := le.GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
@@ -392,15 +419,25 @@ func TestBuildTLSAndHTTPS(t *testing.T) {
 	if groq.GetType() != clusterv3.Cluster_LOGICAL_DNS || groq.GetEdsClusterConfig() != nil {
 		t.Errorf("groq type = %v eds = %v", groq.GetType(), groq.GetEdsClusterConfig())
 	}
-	checkEndpoint(t, groq.GetLoadAssignment(), "api.groq.com", 443, "asia")
+	// Another region than the gateway's: the next priority.
+	checkEndpoint(t, groq.GetLoadAssignment(), "api.groq.com", 443, "asia", PriorityOtherRegion)
 	if groq.GetLoadAssignment().GetClusterName() != "provider_groq" {
 		t.Errorf("load_assignment name = %q", groq.GetLoadAssignment().GetClusterName())
 	}
 	if groq.GetTransportSocket().GetName() != TransportSocketTLS {
 		t.Fatalf("groq transport socket = %v", groq.GetTransportSocket())
 	}
-	if utc := unpack[*tlsv3.UpstreamTlsContext](t, groq.GetTransportSocket().GetTypedConfig()); utc.GetSni() != "api.groq.com" {
+	utc := unpack[*tlsv3.UpstreamTlsContext](t, groq.GetTransportSocket().GetTypedConfig())
+	if utc.GetSni() != "api.groq.com" {
 		t.Errorf("sni = %q", utc.GetSni())
+	}
+	vc := utc.GetCommonTlsContext().GetValidationContext()
+	if vc.GetTrustedCa().GetFilename() != config.DefaultUpstreamCAFile {
+		t.Errorf("trusted_ca = %v", vc.GetTrustedCa())
+	}
+	if san := vc.GetMatchTypedSubjectAltNames(); len(san) != 1 || san[0].GetSanType() != tlsv3.SubjectAltNameMatcher_DNS ||
+		san[0].GetMatcher().GetExact() != "api.groq.com" {
+		t.Errorf("subject alt names = %v", san)
 	}
 	if r := groq.GetMetadata().GetFilterMetadata()[catalog.MetadataNamespace].GetFields()["region"].GetStringValue(); r != "asia" {
 		t.Errorf("groq region metadata = %q", r)
@@ -412,7 +449,7 @@ func TestBuildTLSAndHTTPS(t *testing.T) {
 		t.Errorf("local type = %v transport = %v", local.GetType(), local.GetTransportSocket())
 	}
 	checkEndpoint(t, resource[*endpointv3.ClusterLoadAssignment](t, snap, resourcev3.EndpointType, "provider_local"),
-		"10.0.0.7", 9000, "us")
+		"10.0.0.7", 9000, "us", PriorityHomeRegion)
 
 	// Routes in model order, each to its first provider, then the catch-all.
 	vh := resource[*routev3.RouteConfiguration](t, snap, resourcev3.RouteType, catalog.ListenerRouteConfig).GetVirtualHosts()[0]
@@ -472,7 +509,8 @@ func TestClusterPorts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.base, func(t *testing.T) {
-			c, cla, err := buildCluster(config.Provider{Name: "p", Kind: "openai", BaseURL: tt.base, Region: "us"})
+			c, cla, err := buildProviderCluster(&config.Config{Region: "us", UpstreamCAFile: config.DefaultUpstreamCAFile},
+				&config.Provider{Name: "p", Kind: "openai", BaseURL: tt.base, Region: "us"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -485,7 +523,7 @@ func TestClusterPorts(t *testing.T) {
 			if cla == nil {
 				cla = c.GetLoadAssignment()
 			}
-			checkEndpoint(t, cla, tt.host, tt.port, "us")
+			checkEndpoint(t, cla, tt.host, tt.port, "us", PriorityHomeRegion)
 			if (c.GetTransportSocket() != nil) != tt.tls {
 				t.Errorf("tls = %v, want %v", c.GetTransportSocket() != nil, tt.tls)
 			}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -17,7 +18,7 @@ import (
 var accessFields = map[string]bool{
 	"listener": true, "method": true, "path": true, "protocol": true, "status": true,
 	"duration_ms": true, "upstream_cluster": true, "request_id": true, "bytes_sent": true,
-	"response_detail": true,
+	"response_detail": true, "response_flags": true,
 }
 
 // logAccess writes the request's one access log line. It carries no header
@@ -43,6 +44,9 @@ func (s *requestState) logAccess() {
 	)
 	if s.detail != "" {
 		attrs = append(attrs, slog.String("response_detail", s.detail))
+	}
+	if len(s.flags) > 0 {
+		attrs = append(attrs, slog.String("response_flags", strings.Join(s.flags, ",")))
 	}
 	if md := s.meta.get(catalog.MetadataNamespace); md != nil {
 		keys := make([]string, 0, len(md.GetFields()))

@@ -14,6 +14,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -68,6 +69,8 @@ const (
 type hcmConfig struct {
 	routes             *routeTable
 	extProc            *extProcFilter
+	rateLimit          *rateLimitFilter
+	localReply         *localReplyConfig
 	codec              hcmv3.HttpConnectionManager_CodecType
 	streamIdleTimeout  time.Duration
 	headersTimeout     time.Duration
@@ -191,7 +194,9 @@ func (d *DataPlane) compile(res Resources) (*snapshot, error) {
 		return nil, err
 	}
 	for _, w := range ignoredFeatures(res) {
-		d.log.Warn("xDS setting not implemented by the data plane; ignored", "setting", w)
+		// Info, not a warning: the control plane generates these for Envoy
+		// (circuit breakers, outlier detection), so every update has them.
+		d.log.Info("xDS setting not implemented by the data plane; ignored", "setting", w)
 	}
 	return snap, nil
 }
@@ -373,6 +378,13 @@ func (d *DataPlane) compileHCM(hcm *hcmv3.HttpConnectionManager, snap *snapshot,
 	if hcm.GetCodecType() == hcmv3.HttpConnectionManager_HTTP3 {
 		return nil, fmt.Errorf("%s: HTTP/3 is not supported", from)
 	}
+	if lrc := hcm.GetLocalReplyConfig(); lrc != nil {
+		lr, err := compileLocalReplyConfig(lrc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: local_reply_config: %w", from, err)
+		}
+		hc.localReply = lr
+	}
 	switch rs := hcm.GetRouteSpecifier().(type) {
 	case *hcmv3.HttpConnectionManager_Rds:
 		name := rs.Rds.GetRouteConfigName()
@@ -435,6 +447,19 @@ func (d *DataPlane) compileHCM(hcm *hcmv3.HttpConnectionManager, snap *snapshot,
 				return nil, fmt.Errorf("%s: http filter %q: %w", from, f.GetName(), err)
 			}
 			hc.extProc = pf
+		case a.MessageIs(&ratelimitfilterv3.RateLimit{}):
+			if hc.rateLimit != nil {
+				return nil, fmt.Errorf("%s: more than one ratelimit filter is not supported", from)
+			}
+			rl := &ratelimitfilterv3.RateLimit{}
+			if err := a.UnmarshalTo(rl); err != nil {
+				return nil, fmt.Errorf("%s: http filter %q: %w", from, f.GetName(), err)
+			}
+			rf, err := compileRateLimit(f.GetName(), f.GetDisabled(), rl)
+			if err != nil {
+				return nil, fmt.Errorf("%s: http filter %q: %w", from, f.GetName(), err)
+			}
+			hc.rateLimit = rf
 		case f.GetIsOptional():
 			d.log.Warn("optional http filter not supported by the data plane; skipped", "listener", from, "filter", f.GetName())
 		default:

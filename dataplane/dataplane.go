@@ -30,6 +30,9 @@ type Options struct {
 	// ListenOverride maps a listener name to the address to bind instead of
 	// the listener's own, for tests ("127.0.0.1:0") or "unix:/path".
 	ListenOverride map[string]string
+	// OnRateLimitError, if not nil, is told about every ratelimit filter
+	// call that failed (ratelimit.go), for metrics.
+	OnRateLimitError func(error)
 }
 
 // Resources is one complete, consistent configuration.

@@ -15,7 +15,16 @@
 // (direct responses, no route, upstream failures, 413) travel through the
 // ext_proc filter's response path exactly as they do in Envoy; the replies the
 // ext_proc filter itself generates (immediate responses, processor failures)
-// do not, because processing is complete by then.
+// do not, because processing is complete by then. Every local reply, the
+// ext_proc filter's included, is rewritten by the connection manager's
+// local_reply_config as Envoy does (mappers on status and response flags;
+// the data plane sets the flag Envoy would, such as UF or NR), so the
+// control plane's OpenAI-shaped mappers apply on both data planes.
+//
+// The ratelimit filter (envoy.filters.http.ratelimit) and its per-route
+// RateLimitPerRoute are parsed (ratelimitconfig.go) and charge usage when a
+// stream ends (ratelimit.go). Upstream certificates are checked against
+// trusted_ca and, when the cluster lists them, match_typed_subject_alt_names.
 //
 // Configuration is applied atomically: each request keeps the configuration
 // it started with until it ends. Settings Envoy would honour but this data

@@ -10,6 +10,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 )
 
 // defaultRouteTimeout is RouteAction.timeout when unset: Envoy bounds the
@@ -48,10 +49,12 @@ type virtualHost struct {
 }
 
 // perFilterConfig is one typed_per_filter_config entry, decoded when it is an
-// ExtProcPerRoute (bare or inside a FilterConfig wrapper).
+// ExtProcPerRoute or a RateLimitPerRoute (bare or inside a FilterConfig
+// wrapper).
 type perFilterConfig struct {
-	disabled bool
-	extProc  *extprocfilterv3.ExtProcPerRoute
+	disabled  bool
+	extProc   *extprocfilterv3.ExtProcPerRoute
+	rateLimit *ratelimitfilterv3.RateLimitPerRoute
 }
 
 type pathMatchKind int

@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -382,6 +383,13 @@ func compilePerFilter(m map[string]*anypb.Any) (map[string]*perFilterConfig, err
 				}
 			}
 			pf.extProc = ep
+		}
+		if msg != nil && msg.MessageIs(&ratelimitfilterv3.RateLimitPerRoute{}) {
+			rl, err := compileRateLimitPerRoute(msg)
+			if err != nil {
+				return nil, fmt.Errorf("typed_per_filter_config %q: %w", name, err)
+			}
+			pf.rateLimit = rl
 		}
 		out[name] = pf
 	}

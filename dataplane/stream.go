@@ -71,6 +71,7 @@ type requestState struct {
 	bytesSent   int64
 	cluster     string
 	detail      string
+	flags       []string // Envoy's response flags of a local reply
 	wroteHeader bool
 }
 
@@ -146,6 +147,7 @@ func (s *requestState) finish() {
 	if s.proc != nil {
 		s.proc.close()
 	}
+	s.rateLimitStreamDone()
 	s.logAccess()
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-ai/switchyard/apischema/schematest"
 	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/gateway"
+	"github.com/switchyard-ai/switchyard/keys"
 	"github.com/switchyard-ai/switchyard/providers/fake"
 )
 
@@ -28,7 +29,8 @@ const providerKeyEnv = "SWITCHYARD_E2E_PROVIDER_KEY"
 // stack is one running gateway in front of one recording fake upstream.
 type stack struct {
 	gw          *gateway.Gateway
-	key         string // the client's API key
+	dataDir     string
+	key         string // the client's API key: enterprise, with limits no test reaches
 	providerKey string
 	upstream    *recorder
 	logs        *syncBuffer
@@ -36,6 +38,8 @@ type stack struct {
 
 type stackOptions struct {
 	maxBody int64
+	// gateway, if not nil, adjusts the gateway's options.
+	gateway func(*gateway.Options)
 }
 
 // newStack starts a gateway whose only provider is a fake OpenAI upstream that
@@ -75,21 +79,30 @@ models:
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	gw, err := gateway.Start(ctx, gateway.Options{
+	dataDir := t.TempDir()
+	gopts := gateway.Options{
 		Config:         cfg,
-		DataDir:        t.TempDir(),
+		DataDir:        dataDir,
 		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ListenOverride: "127.0.0.1:0",
-	})
+		// Fixed: rate limit windows never roll over during a test.
+		RateLimitClock: fixedClock{},
+	}
+	if o.gateway != nil {
+		o.gateway(&gopts)
+	}
+	gw, err := gateway.Start(ctx, gopts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(gw.Close)
-	key, _, err := gw.Keys.Create(ctx, "e2e", "standard")
+	// Rate limits have their own tests (ratelimit_test.go); the others must
+	// not run into them, 6 MiB prompts included.
+	key, _, err := gw.Keys.Issue(ctx, keys.Spec{Name: "e2e", Tier: "enterprise", RPM: 1_000_000, TPM: 1_000_000_000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &stack{gw: gw, key: key, providerKey: providerKey, upstream: rec, logs: logs}
+	return &stack{gw: gw, dataDir: dataDir, key: key, providerKey: providerKey, upstream: rec, logs: logs}
 }
 
 // client is an official SDK client pointed at the gateway, with retries off so
@@ -176,3 +189,9 @@ func validateSchema(t *testing.T, name string, doc []byte) {
 	t.Helper()
 	schematest.Conforms(t, name, doc)
 }
+
+// fixedClock is 18 s into a minute, forever: every rate limit window of a
+// test resets in 42 s and none ends while it runs.
+type fixedClock struct{}
+
+func (fixedClock) UnixNow() int64 { return 1_800_000_000 - 1_800_000_000%60 + 18 }

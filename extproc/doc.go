@@ -17,13 +17,17 @@
 //     checked, and the client's authorization header is removed so it never
 //     reaches a provider.
 //   - request body: the JSON is validated in one pass without decoding it,
-//     the model is resolved in the catalog, "model" is rewritten to the
+//     the model is resolved in the catalog (and checked against the key's
+//     model allow-list), the request is admitted by the rate limiter
+//     (limits.go: requests per minute counted, tokens per minute checked
+//     against a prompt estimate; 429 otherwise), "model" is rewritten to the
 //     provider's upstream name, streaming requests are made to ask for a
 //     usage chunk, and the reply sets the route header
 //     (catalog.RouteHeader) with clear_route_cache so Envoy re-routes to the
 //     provider's cluster, plus the provider's credential.
 //   - response headers: JSON bodies are switched to BUFFERED and event
-//     streams to STREAMED so token usage can be read.
+//     streams to STREAMED so token usage can be read, and the admission's
+//     x-ratelimit-* headers are set.
 //   - response body: usage is recorded, published as dynamic metadata in
 //     catalog.MetadataNamespace, the usage chunk the gateway asked for on
 //     the client's behalf is cut out again, and provider errors that are not

@@ -71,7 +71,7 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 	}
 	st.key = k
 	md := metadata(map[string]*structpb.Value{
-		"key_id": structpb.NewStringValue(k.ID),
+		"key_id": structpb.NewStringValue(k.LimitID()),
 		"tier":   structpb.NewStringValue(k.Tier),
 	})
 
@@ -165,8 +165,11 @@ func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extpr
 	}
 	rt := st.srv.routes.Load()
 	mr, ok := rt.models[req.model]
-	if !ok {
+	if !ok || !st.key.AllowsModel(mr.id) {
 		return immediate(apierror.ModelNotFound(clip(req.model)))
+	}
+	if resp := st.admit(ctx, b.GetBody(), &req); resp != nil {
+		return resp
 	}
 	t := st.srv.pick(mr, &st.key)
 	body, err := rewriteBody(b.GetBody(), &req, t)
@@ -196,12 +199,14 @@ func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extpr
 		// unless the same reply carries a header mutation, as this one does.
 		ClearRouteCache: true,
 	})
-	resp.DynamicMetadata = metadata(map[string]*structpb.Value{
-		"key_id":   structpb.NewStringValue(st.key.ID),
+	fields := map[string]*structpb.Value{
+		"key_id":   structpb.NewStringValue(st.key.LimitID()),
 		"tier":     structpb.NewStringValue(st.key.Tier),
 		"model":    structpb.NewStringValue(mr.id),
 		"provider": structpb.NewStringValue(t.provider),
-	})
+	}
+	st.limitMetadata(fields)
+	resp.DynamicMetadata = metadata(fields)
 	st.srv.log.Debug("extproc: routed", "request_id", st.requestID, "key_id", st.key.ID, "model", mr.id, "provider", t.provider)
 	return resp
 }

@@ -146,7 +146,7 @@ func (st *stream) sseChunk(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 		resp = st.editChunk
 	}
 	if !b.GetEndOfStream() {
-		return resp
+		return st.publishUsageEarly(resp, out, replace)
 	}
 	if st.sse.seen {
 		st.setUsage(st.sse.usage)

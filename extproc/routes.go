@@ -112,6 +112,7 @@ func (s *Server) SetCatalog(c *catalog.Catalog) error {
 		return fmt.Errorf("extproc: catalog rejected: %w", err)
 	}
 	s.routes.Store(rt)
+	s.limits.setTiers(c.Tiers)
 	s.log.Info("extproc: catalog loaded", "models", len(rt.models), "providers", len(auth))
 	return nil
 }

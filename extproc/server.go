@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
 // KeyLookup resolves a client's bearer token. keys.Cache satisfies it.
@@ -38,6 +40,13 @@ type Options struct {
 	Keys KeyLookup
 	// Usage, if not nil, is told the usage of every request that reports one.
 	Usage UsageRecorder
+	// Limiter, if not nil, enforces the keys' rate limits (limits.go):
+	// admission of chat completions and the x-ratelimit-* headers.
+	Limiter Limiter
+	// LimiterTimeout bounds each limiter call; DefaultLimiterTimeout if 0.
+	LimiterTimeout time.Duration
+	// Metrics, if not nil, counts rate-limiting outcomes.
+	Metrics *ratelimit.Metrics
 	// Getenv resolves providers' api_key_env; it defaults to os.Getenv.
 	Getenv func(string) string
 	// Logger defaults to slog.Default().
@@ -56,6 +65,7 @@ type Server struct {
 
 	routes atomic.Pointer[routeTable]
 	pick   policy
+	limits limiter
 }
 
 // New returns a Server that answers 503 to every request until SetCatalog
@@ -70,6 +80,13 @@ func New(opts Options) *Server {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	s.limits = limiter{rls: opts.Limiter, timeout: opts.LimiterTimeout, metrics: opts.Metrics}
+	if s.limits.metrics == nil {
+		s.limits.metrics = ratelimit.NewMetrics()
+	}
+	if s.limits.timeout <= 0 {
+		s.limits.timeout = DefaultLimiterTimeout
 	}
 	return s
 }

@@ -40,6 +40,7 @@ type stream struct {
 	usage     Usage
 	haveUsage bool
 	recorded  bool
+	limits    limitState
 
 	// Replies reused for every chunk of a streamed response so the per-chunk
 	// path does not allocate. Reuse is safe because Send serialises a reply
@@ -77,7 +78,7 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.requestBody(ctx, m.RequestBody), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		return st.responseHeaders(ctx, m.ResponseHeaders), nil
+		return st.withLimitHeaders(st.responseHeaders(ctx, m.ResponseHeaders)), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return st.responseBody(ctx, m.ResponseBody), nil
 	case *extprocv3.ProcessingRequest_RequestTrailers:

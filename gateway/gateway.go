@@ -1,7 +1,8 @@
 // Package gateway owns assembling Switchyard's components into one process:
-// the control plane, extproc and the single-node data plane, each talking to
-// the others over real gRPC on loopback exactly as separate processes would,
-// plus the demo upstreams the configuration asks for.
+// the control plane, extproc, the rate limit service and the single-node
+// data plane, each talking to the others over real gRPC on loopback exactly
+// as separate processes would, plus the admin API and the demo upstreams
+// the configuration asks for.
 package gateway
 
 import (
@@ -10,18 +11,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard-ai/switchyard/adsclient"
+	"github.com/switchyard-ai/switchyard/backends/admin"
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
@@ -29,6 +34,7 @@ import (
 	"github.com/switchyard-ai/switchyard/extproc"
 	"github.com/switchyard-ai/switchyard/keys"
 	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
 // Options configure an in-process gateway.
@@ -45,23 +51,54 @@ type Options struct {
 	Usage extproc.UsageRecorder
 	// SyncTimeout bounds the wait for the first xDS configuration.
 	SyncTimeout time.Duration
+
+	// RateLimitAddr, when set, is the RLS (envoy.service.ratelimit.v3)
+	// address of an external rate limit service (envoyproxy/ratelimit on
+	// Redis, for a fleet) that extproc and the data plane use instead of the
+	// embedded one. It must be configured from this control plane
+	// (XDSListen) to share the tiers.
+	RateLimitAddr string
+	// XDSListen, when set, is the address the control plane serves xDS on
+	// (default: a free loopback port), so processes outside this one, such
+	// as a fleet's ratelimit service, can subscribe.
+	XDSListen string
+	// AdminListen, when set, is the admin API's address ("127.0.0.1:0"
+	// picks a free port); AdminToken is its bearer token. The admin API is
+	// never served on a public listener.
+	AdminListen string
+	AdminToken  string
+	// KeyWatchInterval is how often the key database is polled for changes
+	// made by other processes (revocations); keys.DefaultWatchInterval if 0.
+	KeyWatchInterval time.Duration
+	// RateLimitClock is the embedded rate limit service's clock (tests fix
+	// it so no run straddles a window boundary); nil: the system clock.
+	RateLimitClock ratelimit.Clock
 }
 
 // Gateway is a running in-process stack.
 type Gateway struct {
 	Keys     *keys.Store
+	KeyCache *keys.Cache
 	Control  *controlplane.Server
 	ExtProc  *extproc.Server
 	Data     *dataplane.DataPlane
-	listener config.Listener
-	closers  []func()
+	// RateLimit is the embedded rate limit service; nil with RateLimitAddr.
+	RateLimit *ratelimit.Server
+	Metrics   *ratelimit.Metrics
+	listener  config.Listener
+	xdsAddr   string
+	rlsAddr   string
+	adminAddr net.Addr
+	closers   []func()
 }
 
 // Key cache bounds: a key lookup on the hot path is an LRU hit; a miss costs one
 // SQLite read. Misses are cached too, so a flood of bad keys stays off the database.
+// Changes (revocations above all) are pushed by keys.Cache.Watch; the TTL is only
+// a backstop for a watch that cannot read the database.
 const (
 	keyCacheSize = 100_000
-	keyCacheTTL  = time.Second
+	keyCacheTTL  = time.Minute
 )
 
 // Start builds and starts the whole stack and returns once the data plane is
@@ -97,22 +134,55 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	g.Keys = store
 	g.closers = append(g.closers, func() { _ = store.Close() })
+	g.KeyCache = keys.NewCache(store, keyCacheSize, keyCacheTTL)
+	keyLog := log.With("component", "keys")
+	go g.KeyCache.Watch(runCtx, opts.KeyWatchInterval, func(err error) {
+		keyLog.Warn("key database poll failed; key cache dropped", "error", err)
+	})
+	g.Metrics = ratelimit.NewMetrics()
 
 	// Control plane.
 	g.Control = controlplane.New(log.With("component", "controlplane"))
 	if _, err := g.Control.Update(ctx, cfg); err != nil {
 		return nil, err
 	}
-	xdsAddr, err := serveGRPC(g, g.Control.Register)
+	xdsAddr, err := serveGRPCOn(g, opts.XDSListen, g.Control.Register)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: control plane: %w", err)
 	}
+	g.xdsAddr = xdsAddr
+	var adsClients []*adsclient.Client
+
+	// The rate limit service: embedded (envoyproxy/ratelimit's service on
+	// the in-process store, configured over xDS like a fleet's), or
+	// external.
+	rlsAddr := opts.RateLimitAddr
+	if rlsAddr == "" {
+		g.RateLimit = ratelimit.NewServer(ratelimit.Options{Clock: opts.RateLimitClock, Logger: log.With("component", "ratelimit")})
+		if rlsAddr, err = serveGRPC(g, g.RateLimit.Register); err != nil {
+			return nil, fmt.Errorf("gateway: ratelimit: %w", err)
+		}
+		rlsADS, err := dialADS(g, xdsAddr, "switchyard-ratelimit", log)
+		if err != nil {
+			return nil, err
+		}
+		rlsADS.Watch(resourcev3.RateLimitConfigType, nil, g.RateLimit.ConfigHandler)
+		adsClients = append(adsClients, rlsADS)
+	}
+	rlsConn, err := grpc.NewClient("passthrough:///"+rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: dial ratelimit: %w", err)
+	}
+	g.closers = append(g.closers, func() { _ = rlsConn.Close() })
+	g.rlsAddr = rlsAddr
 
 	// extproc, configured by the control plane over RTDS.
 	g.ExtProc = extproc.New(extproc.Options{
-		Keys:   keys.NewCache(store, keyCacheSize, keyCacheTTL),
-		Usage:  opts.Usage,
-		Logger: log.With("component", "extproc"),
+		Keys:    g.KeyCache,
+		Usage:   opts.Usage,
+		Limiter: rlsv3.NewRateLimitServiceClient(rlsConn),
+		Metrics: g.Metrics,
+		Logger:  log.With("component", "extproc"),
 	})
 	// A buffered request body arrives in one gRPC message: allow the
 	// configured body limit plus room for headers.
@@ -128,9 +198,13 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 
 	// Data plane, configured by the control plane over LDS/RDS/CDS/EDS/SDS.
 	dpOpts := dataplane.Options{
-		Logger:         log.With("component", "dataplane"),
-		StaticClusters: map[string]string{catalog.ExtProcCluster: extprocAddr, catalog.XDSCluster: xdsAddr},
-		Insecure:       opts.Insecure,
+		Logger: log.With("component", "dataplane"),
+		StaticClusters: map[string]string{catalog.ExtProcCluster: extprocAddr, catalog.XDSCluster: xdsAddr,
+			controlplane.RateLimitCluster: rlsAddr},
+		Insecure: opts.Insecure,
+		OnRateLimitError: func(error) {
+			g.Metrics.ChargeErrors.Inc("dataplane")
+		},
 	}
 	if opts.ListenOverride != "" {
 		dpOpts.ListenOverride = map[string]string{g.listener.Name: opts.ListenOverride}
@@ -143,12 +217,13 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	g.Data.Watch(dpADS)
 
-	for _, c := range []*adsclient.Client{extprocADS, dpADS} {
+	adsClients = append(adsClients, extprocADS, dpADS)
+	for _, c := range adsClients {
 		go func() { _ = c.Run(runCtx) }()
 	}
 	wait, cancelWait := context.WithTimeout(ctx, opts.SyncTimeout)
 	defer cancelWait()
-	for _, c := range []*adsclient.Client{extprocADS, dpADS} {
+	for _, c := range adsClients {
 		select {
 		case <-c.Synced():
 		case <-wait.Done():
@@ -162,8 +237,55 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	if opts.AdminListen != "" {
+		if err := startAdmin(g, opts, cfg); err != nil {
+			return nil, err
+		}
+	}
 	return g, nil
 }
+
+// startAdmin serves the admin API on its own listener.
+func startAdmin(g *Gateway, opts Options, cfg *config.Config) error {
+	h, err := admin.New(admin.Options{
+		Keys:   g.Keys,
+		Token:  opts.AdminToken,
+		Config: func() *config.Config { return cfg },
+		Metrics: func(w io.Writer) error {
+			return g.Metrics.WritePrometheus(w)
+		},
+		// This process sees its own changes at once; others at their next
+		// poll of the key database.
+		Changed: g.KeyCache.Invalidate,
+		Logger:  opts.Logger.With("component", "admin"),
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: admin: %w", err)
+	}
+	lis, err := net.Listen("tcp", opts.AdminListen)
+	if err != nil {
+		return fmt.Errorf("gateway: admin listener: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	g.adminAddr = lis.Addr()
+	g.closers = append(g.closers, func() { _ = srv.Close() })
+	return nil
+}
+
+// AdminURL is the admin API's base URL, "" when it is not served.
+func (g *Gateway) AdminURL() string {
+	if g.adminAddr == nil {
+		return ""
+	}
+	return "http://" + g.adminAddr.String()
+}
+
+// XDSAddr is the control plane's xDS (ADS) address.
+func (g *Gateway) XDSAddr() string { return g.xdsAddr }
+
+// RateLimitAddr is the RLS address extproc and the data plane use.
+func (g *Gateway) RateLimitAddr() string { return g.rlsAddr }
 
 // BaseURL is the OpenAI base URL of the first listener.
 func (g *Gateway) BaseURL() string {
@@ -183,7 +305,15 @@ func (g *Gateway) Close() {
 }
 
 func serveGRPC(g *Gateway, register func(*grpc.Server), opts ...grpc.ServerOption) (string, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveGRPCOn(g, "", register, opts...)
+}
+
+// serveGRPCOn serves on addr, or on a free loopback port when addr is "".
+func serveGRPCOn(g *Gateway, addr string, register func(*grpc.Server), opts ...grpc.ServerOption) (string, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", err
 	}

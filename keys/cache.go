@@ -34,8 +34,11 @@ const (
 // can only evict other misses, never the valid keys real clients are using.
 //
 // Entries are not updated when a key is revoked by another process (such as
-// the CLI): a revoked key keeps working here for up to the TTL, or until
-// Invalidate is called.
+// the CLI) until Invalidate is called, which Watch does whenever the store's
+// change counter moves: run Watch in every process that serves requests, and
+// a revocation anywhere reaches it within one poll interval. The TTL is
+// only a backstop. A key past its ExpiresAt (the end of a rotation's grace
+// period) is refused from the cache without any push.
 //
 // A Cache is safe for concurrent use.
 type Cache struct {
@@ -84,6 +87,10 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 	}
 	h := hashSecret(secret)
 	if k, ok := c.hits.Get(h); ok {
+		if k.Expired(time.Now()) {
+			c.hits.Remove(h)
+			return Key{}, ErrNotFound
+		}
 		return k, nil
 	}
 	if _, ok := c.misses.Get(h); ok {
@@ -120,4 +127,52 @@ func (c *Cache) Invalidate() {
 	c.gen++
 	c.hits.Purge()
 	c.misses.Purge()
+}
+
+// DefaultWatchInterval is how often Watch polls the store's change counter.
+// Revocations reach a process within this plus one SQLite read, well inside
+// the two seconds the gateway promises.
+const DefaultWatchInterval = 250 * time.Millisecond
+
+// Watch polls the store's change counter every interval (non-positive:
+// DefaultWatchInterval) until ctx is done, and invalidates the cache
+// whenever the counter moves. A failed poll also invalidates it: a process
+// that cannot see changes must not keep answering from what may be a stale
+// view, so lookups go to the store (and fail there, visibly, if it is
+// broken). onError, if not nil, is told about failed polls.
+//
+// Polling one integer is a few microseconds of SQLite work; SQLite offers no
+// cross-process notification, and a counter maintained by triggers cannot
+// be forgotten by any writer.
+func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(error)) {
+	if interval <= 0 {
+		interval = DefaultWatchInterval
+	}
+	last, err := c.store.Version(ctx)
+	if err != nil && onError != nil {
+		onError(err)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v, err := c.store.Version(ctx)
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			if onError != nil {
+				onError(err)
+			}
+			c.Invalidate()
+		case v != last:
+			last = v
+			c.Invalidate()
+		}
+	}
 }

@@ -3,6 +3,7 @@ package keys
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -18,11 +19,11 @@ func TestCacheHit(t *testing.T) {
 	secret, k := mustCreate(t, s, "cached", "free")
 	c := NewCache(s, 10, time.Minute)
 
-	if got, err := c.Lookup(ctx, secret); err != nil || got != k {
+	if got, err := c.Lookup(ctx, secret); err != nil || !reflect.DeepEqual(got, k) {
 		t.Fatalf("first Lookup = %+v, %v; want %+v", got, err, k)
 	}
 	s.Close()
-	if got, err := c.Lookup(ctx, secret); err != nil || got != k {
+	if got, err := c.Lookup(ctx, secret); err != nil || !reflect.DeepEqual(got, k) {
 		t.Fatalf("cached Lookup with the store closed = %+v, %v; want %+v", got, err, k)
 	}
 }
@@ -196,7 +197,7 @@ func TestCacheConcurrent(t *testing.T) {
 				if i == 0 && j%20 == 0 {
 					c.Invalidate()
 				}
-				if got, err := c.Lookup(ctx, secret); err != nil || got != k {
+				if got, err := c.Lookup(ctx, secret); err != nil || !reflect.DeepEqual(got, k) {
 					t.Errorf("Lookup = %+v, %v", got, err)
 					return
 				}

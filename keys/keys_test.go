@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -75,7 +76,7 @@ func TestCreateLookup(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Lookup: %v", err)
 			}
-			if got != k {
+			if !reflect.DeepEqual(got, k) {
 				t.Errorf("Lookup = %+v, want %+v", got, k)
 			}
 		})
@@ -126,7 +127,7 @@ func TestCreateValidation(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("Create error = %v, want one containing %q", err, tt.wantErr)
 			}
-			if secret != "" || k != (Key{}) {
+			if secret != "" || !reflect.DeepEqual(k, Key{}) {
 				t.Errorf("Create returned %q, %+v alongside an error", secret, k)
 			}
 		})
@@ -247,7 +248,7 @@ func TestList(t *testing.T) {
 				}
 				want.RevokedAt = k.RevokedAt
 			}
-			if k != want {
+			if !reflect.DeepEqual(k, want) {
 				t.Errorf("List[%d] = %+v, want %+v", i, k, want)
 			}
 			secret := secrets[n]
@@ -284,7 +285,7 @@ func TestRevoke(t *testing.T) {
 			if _, err := s.Lookup(ctx, secret); !errors.Is(err, ErrNotFound) {
 				t.Errorf("Lookup of revoked key: err = %v, want ErrNotFound", err)
 			}
-			if got, err := s.Lookup(ctx, otherSecret); err != nil || got != other {
+			if got, err := s.Lookup(ctx, otherSecret); err != nil || !reflect.DeepEqual(got, other) {
 				t.Errorf("Lookup of other key = %+v, %v; want %+v", got, err, other)
 			}
 
@@ -406,7 +407,7 @@ func TestTwoStores(t *testing.T) {
 	cli, gw := stores[0], stores[1]
 
 	secret, k := mustCreate(t, cli, "from cli", "free")
-	if got, err := gw.Lookup(ctx, secret); err != nil || got != k {
+	if got, err := gw.Lookup(ctx, secret); err != nil || !reflect.DeepEqual(got, k) {
 		t.Fatalf("gateway Lookup of CLI-created key = %+v, %v; want %+v", got, err, k)
 	}
 	if err := gw.Revoke(ctx, k.ID); err != nil {
@@ -467,7 +468,7 @@ func TestReopen(t *testing.T) {
 	}
 
 	s = openStore(t, dir) // migrations must be a no-op the second time
-	if got, err := s.Lookup(ctx, secret); err != nil || got != k {
+	if got, err := s.Lookup(ctx, secret); err != nil || !reflect.DeepEqual(got, k) {
 		t.Fatalf("Lookup after reopen = %+v, %v; want %+v", got, err, k)
 	}
 	var version int

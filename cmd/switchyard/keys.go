@@ -5,59 +5,78 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/switchyard-ai/switchyard/backends/admin"
 	"github.com/switchyard-ai/switchyard/keys"
 )
 
+const keysUsage = `switchyard keys: manage API keys (works while a gateway runs on the same data directory)
+
+  keys create   --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models a/b,c/d] [--config FILE]
+  keys list     --data-dir DIR
+  keys show     --data-dir DIR KEY_OR_ID
+  keys revoke   --data-dir DIR KEY_OR_ID
+  keys rotate   --data-dir DIR [--grace 24h] KEY_OR_ID
+  keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models a/b,c/d|*] [--config FILE] KEY_OR_ID TIER
+
+create and rotate print the new key alone on the last line of stdout; it is
+shown once and stored only as a hash. --rpm and --tpm replace the tier's
+limits for the key (required for a tier without limits, such as enterprise).
+--models limits the key to those model ids ("*": all models).
+Revocations, rotations and tier changes reach running gateways within 2 s.
+`
+
 func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("keys: want a subcommand: create, list or revoke")
+		fmt.Fprint(stderr, keysUsage)
+		return fmt.Errorf("keys: want a subcommand: create, list, show, revoke, rotate or set-tier")
 	}
-	fs := flag.NewFlagSet("keys "+args[0], flag.ContinueOnError)
+	sub := args[0]
+	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, keysUsage) }
 	dataDir := fs.String("data-dir", ".data", "directory holding the key database")
-	switch args[0] {
+	openStore := func() (*keys.Store, error) { return keys.Open(ctx, *dataDir) }
+
+	switch sub {
 	case "create":
 		name := fs.String("name", "", "a name for the key (who or what uses it)")
 		tier := fs.String("tier", "standard", "tier: one of the configuration's tiers")
-		cfgPath := fs.String("config", "", "configuration whose tiers are allowed (default: the embedded one)")
-		if err := fs.Parse(args[1:]); err != nil {
+		rpm := fs.Int64("rpm", 0, "requests per minute for this key (0: the tier's)")
+		tpm := fs.Int64("tpm", 0, "tokens per minute for this key (0: the tier's)")
+		models := fs.String("models", "", "comma-separated model ids the key may use (default: all)")
+		cfgPath := fs.String("config", "", "configuration whose tiers and models are allowed (default: the embedded one)")
+		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
-		}
-		cfg, err := loadConfig(*cfgPath)
-		if err != nil {
-			return err
-		}
-		if _, ok := cfg.Tiers[*tier]; !ok {
-			names := make([]string, 0, len(cfg.Tiers))
-			for n := range cfg.Tiers {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			return fmt.Errorf("keys create: unknown tier %q (have %v)", *tier, names)
 		}
 		if *name == "" {
 			return fmt.Errorf("keys create: --name is required")
 		}
-		store, err := keys.Open(ctx, *dataDir)
+		sp := keys.Spec{Name: *name, Tier: *tier, RPM: *rpm, TPM: *tpm, Models: splitModels(*models)}
+		if err := checkSpec(*cfgPath, sp); err != nil {
+			return fmt.Errorf("keys create: %w", err)
+		}
+		store, err := openStore()
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		secret, k, err := store.Create(ctx, *name, *tier)
+		secret, k, err := store.Issue(ctx, sp)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "Created key %s (%s, tier %s). It is shown once; store it now:\n%s\n", k.ID, k.Name, k.Tier, secret)
+		fmt.Fprintf(stdout, "Created key %s (%s, tier %s%s). It is shown once; store it now:\n%s\n",
+			k.ID, k.Name, k.Tier, limitsNote(k), secret)
 		return nil
+
 	case "list":
-		if err := fs.Parse(args[1:]); err != nil {
+		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
 		}
-		store, err := keys.Open(ctx, *dataDir)
+		store, err := openStore()
 		if err != nil {
 			return err
 		}
@@ -66,33 +85,209 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
+		now := time.Now()
 		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tPREFIX\tNAME\tTIER\tCREATED\tSTATUS")
+		fmt.Fprintln(tw, "ID\tPREFIX\tNAME\tTIER\tLIMITS\tCREATED\tSTATUS")
 		for _, k := range list {
-			status := "active"
-			if !k.RevokedAt.IsZero() {
-				status = "revoked " + k.RevokedAt.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.Name, k.Tier, k.CreatedAt.UTC().Format(time.RFC3339), status)
+			fmt.Fprintf(tw, "%s\t%s…\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.Name, k.Tier, limitsColumn(k),
+				k.CreatedAt.UTC().Format(time.RFC3339), statusColumn(k, now))
 		}
 		return tw.Flush()
-	case "revoke":
-		if err := fs.Parse(args[1:]); err != nil {
+
+	case "show":
+		pos, err := parseArgs(fs, args[1:], 1)
+		if err != nil {
 			return err
 		}
-		if fs.NArg() != 1 {
-			return fmt.Errorf("keys revoke: want exactly one key or key id")
-		}
-		store, err := keys.Open(ctx, *dataDir)
+		store, err := openStore()
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		if err := store.Revoke(ctx, fs.Arg(0)); err != nil {
+		k, err := store.Get(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		printKey(stdout, k)
+		return nil
+
+	case "revoke":
+		pos, err := parseArgs(fs, args[1:], 1)
+		if err != nil {
+			return err
+		}
+		store, err := openStore()
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		if err := store.Revoke(ctx, pos[0]); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "revoked")
 		return nil
+
+	case "rotate":
+		grace := fs.Duration("grace", admin.DefaultGrace, "how long the old key keeps working (0s: not at all)")
+		pos, err := parseArgs(fs, args[1:], 1)
+		if err != nil {
+			return err
+		}
+		store, err := openStore()
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		secret, k, err := store.Rotate(ctx, pos[0], *grace)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "Rotated: new key %s (%s, tier %s); the old key works until %s. The new key is shown once; store it now:\n%s\n",
+			k.ID, k.Name, k.Tier, time.Now().Add(*grace).UTC().Format(time.RFC3339), secret)
+		return nil
+
+	case "set-tier":
+		rpm := fs.Int64("rpm", 0, "requests per minute for this key (0: the tier's)")
+		tpm := fs.Int64("tpm", 0, "tokens per minute for this key (0: the tier's)")
+		models := fs.String("models", "", `comma-separated model ids the key may use ("*": all; default: unchanged)`)
+		cfgPath := fs.String("config", "", "configuration whose tiers and models are allowed (default: the embedded one)")
+		pos, err := parseArgs(fs, args[1:], 2)
+		if err != nil {
+			return err
+		}
+		store, err := openStore()
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		k, err := store.Get(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		sp := keys.Spec{Name: k.Name, Tier: pos[1], RPM: *rpm, TPM: *tpm, Models: k.Models}
+		setModels := flagGiven(fs, "models")
+		if setModels {
+			sp.Models = splitModels(*models)
+		}
+		if err := checkSpec(*cfgPath, sp); err != nil {
+			return fmt.Errorf("keys set-tier: %w", err)
+		}
+		if k, err = store.SetTier(ctx, pos[0], sp.Tier, sp.RPM, sp.TPM); err != nil {
+			return err
+		}
+		if setModels {
+			if k, err = store.SetModels(ctx, pos[0], sp.Models); err != nil {
+				return err
+			}
+		}
+		printKey(stdout, k)
+		return nil
 	}
-	return fmt.Errorf("keys: unknown subcommand %q", args[0])
+	fmt.Fprint(stderr, keysUsage)
+	return fmt.Errorf("keys: unknown subcommand %q", sub)
+}
+
+// parseArgs parses flags and exactly n positional arguments, which may come
+// before, between or after the flags ("set-tier KEY enterprise --rpm 100").
+func parseArgs(fs *flag.FlagSet, args []string, n int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != n {
+		switch n {
+		case 0:
+			return nil, fmt.Errorf("%s: unexpected argument %q", fs.Name(), pos[0])
+		case 1:
+			return nil, fmt.Errorf("%s: want exactly one key or key id", fs.Name())
+		}
+		return nil, fmt.Errorf("%s: want a key or key id and a tier", fs.Name())
+	}
+	return pos, nil
+}
+
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// checkSpec checks key settings against the configuration's tiers and
+// models, as the admin API does.
+func checkSpec(cfgPath string, sp keys.Spec) error {
+	cfg, err := loadConfig(cfgPath)
+	if err != nil {
+		return err
+	}
+	return admin.CheckSpec(cfg, sp)
+}
+
+func splitModels(s string) []string {
+	var out []string
+	for _, m := range strings.Split(s, ",") {
+		if m = strings.TrimSpace(m); m != "" && m != "*" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func limitsNote(k keys.Key) string {
+	if c := limitsColumn(k); c != "tier" {
+		return ", " + c
+	}
+	return ""
+}
+
+// limitsColumn shows a key's own limits and allow-list, "tier" if none.
+func limitsColumn(k keys.Key) string {
+	var parts []string
+	if k.RPM > 0 {
+		parts = append(parts, fmt.Sprintf("rpm %d", k.RPM))
+	}
+	if k.TPM > 0 {
+		parts = append(parts, fmt.Sprintf("tpm %d", k.TPM))
+	}
+	if len(k.Models) > 0 {
+		parts = append(parts, "models "+strings.Join(k.Models, ","))
+	}
+	if len(parts) == 0 {
+		return "tier"
+	}
+	return strings.Join(parts, " ")
+}
+
+func statusColumn(k keys.Key, now time.Time) string {
+	switch st := admin.Status(k, now); st {
+	case "revoked":
+		return "revoked " + k.RevokedAt.UTC().Format(time.RFC3339)
+	case "expired":
+		return "expired " + k.ExpiresAt.UTC().Format(time.RFC3339)
+	case "rotated":
+		return fmt.Sprintf("rotated to %s, works until %s", k.ReplacedBy, k.ExpiresAt.UTC().Format(time.RFC3339))
+	default:
+		return st
+	}
+}
+
+func printKey(w io.Writer, k keys.Key) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id:\t%s\n", k.ID)
+	fmt.Fprintf(tw, "prefix:\t%s…\n", k.Prefix)
+	fmt.Fprintf(tw, "name:\t%s\n", k.Name)
+	fmt.Fprintf(tw, "tier:\t%s\n", k.Tier)
+	fmt.Fprintf(tw, "limits:\t%s\n", limitsColumn(k))
+	fmt.Fprintf(tw, "created:\t%s\n", k.CreatedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(tw, "status:\t%s\n", statusColumn(k, time.Now()))
+	if k.LimitID() != k.ID {
+		fmt.Fprintf(tw, "limits counted on:\t%s (first key of its rotation chain)\n", k.LimitID())
+	}
+	_ = tw.Flush()
 }

@@ -17,11 +17,20 @@ const usage = `switchyard: an OpenAI-compatible inference gateway
 
 Usage:
   switchyard run [--config FILE] [--data-dir DIR] [--listen ADDR] [--insecure] [--demo-key]
+                 [--admin-listen ADDR] [--admin-token-file FILE] [--ratelimit-addr ADDR] [--xds-listen ADDR]
   switchyard validate [--config FILE]
-  switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--config FILE]
+  switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models IDS] [--config FILE]
   switchyard keys list --data-dir DIR
+  switchyard keys show --data-dir DIR KEY_OR_ID
   switchyard keys revoke --data-dir DIR KEY_OR_ID
-  switchyard fake [--listen ADDR] [--api-key-env VAR]
+  switchyard keys rotate --data-dir DIR [--grace 24h] KEY_OR_ID
+  switchyard keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models IDS] [--config FILE] KEY_OR_ID TIER
+  switchyard fake [--listen ADDR] [--api-key-env VAR] [--service-time D] [--chunk-delay D]
+  switchyard envoy bootstrap [--config FILE] [--node-id ID] [--xds ADDR] [--extproc ADDR|unix:PATH] [--ratelimit ADDR]
+  switchyard envoy snapshot [--config FILE]
+  switchyard envoy validate [--bootstrap FILE] [--config FILE]
+  switchyard controlplane [--config FILE] [--listen ADDR] [--health ADDR]
+  switchyard extproc [--xds ADDR] [--listen ADDR|unix:PATH] [--data-dir DIR] [--ratelimit ADDR] [--health ADDR]
 
 Without --config, the embedded default configuration is used (demo models on
 in-process fake upstreams, no internet needed).
@@ -52,6 +61,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdKeys(ctx, args[1:], stdout, stderr)
 	case "fake":
 		return cmdFake(ctx, args[1:], stdout, stderr)
+	case "envoy":
+		return cmdEnvoy(args[1:], stdout, stderr)
+	case "controlplane":
+		return cmdControlPlane(ctx, args[1:], stdout, stderr)
+	case "extproc":
+		return cmdExtProc(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

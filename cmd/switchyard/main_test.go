@@ -120,7 +120,7 @@ func TestRunPrintsWorkingCurl(t *testing.T) {
 	var out, errOut lockedBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"run", "--config", path, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--demo-key"}, &out, &errOut)
+		done <- run(ctx, []string{"run", "--config", path, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--demo-key"}, &out, &errOut)
 	}()
 	defer func() {
 		cancel()

@@ -2,15 +2,95 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 
+	"github.com/switchyard-ai/switchyard/backends/admin"
 	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/gateway"
 )
+
+// Admin API defaults.
+const (
+	defaultAdminListen = "127.0.0.1:8081"
+	adminTokenEnv      = "SWITCHYARD_ADMIN_TOKEN"
+	adminTokenFileName = "admin.token"
+)
+
+// checkAdminAddr refuses a non-loopback admin address without --insecure:
+// the admin API is plain HTTP, and its token would cross the network in
+// the clear.
+func checkAdminAddr(addr string, insecure bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--admin-listen: %w", err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) && !insecure {
+		return fmt.Errorf("--admin-listen %s is not a loopback address; the admin API is plain HTTP, so this needs --insecure", addr)
+	}
+	return nil
+}
+
+// adminToken finds the admin token: $SWITCHYARD_ADMIN_TOKEN, else the
+// --admin-token-file, else DATA_DIR/admin.token, which is created (mode
+// 0600, 256 random bits) when missing. The token file lives beside the key
+// database, which already demands the same protection. source says where
+// the token came from, for the start-up message; never the token itself.
+func adminToken(file, dataDir string) (token, source string, err error) {
+	if t := strings.TrimSpace(os.Getenv(adminTokenEnv)); t != "" {
+		return t, "$" + adminTokenEnv, nil
+	}
+	explicit := file != ""
+	if !explicit {
+		file = filepath.Join(dataDir, adminTokenFileName)
+	}
+	b, err := os.ReadFile(file)
+	switch {
+	case err == nil:
+		t := strings.TrimSpace(string(b))
+		if len(t) < admin.MinTokenLen {
+			return "", "", fmt.Errorf("admin token file %s: the token must be at least %d characters", file, admin.MinTokenLen)
+		}
+		return t, file, nil
+	case !errors.Is(err, fs.ErrNotExist) || explicit:
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	t := "sy-admin-" + base64.RawURLEncoding.EncodeToString(raw)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	// O_EXCL: two gateways starting on one data directory agree on one token.
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return adminToken(file, dataDir)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if _, err := f.WriteString(t + "\n"); err != nil {
+		f.Close()
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", "", fmt.Errorf("admin token: %w", err)
+	}
+	return t, file + " (new)", nil
+}
 
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
@@ -28,6 +108,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	insecure := fs.Bool("insecure", false, "allow plain HTTP on a non-loopback address")
 	demoKey := fs.Bool("demo-key", false, "create a demo API key (tier standard) and print it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	adminListen := fs.String("admin-listen", defaultAdminListen, `address of the admin API ("" disables it); loopback unless --insecure`)
+	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin API token (default: $"+adminTokenEnv+", else DATA_DIR/"+adminTokenFileName+", created if missing)")
+	rateLimitAddr := fs.String("ratelimit-addr", "", "RLS address of an external rate limit service (envoyproxy/ratelimit); default: the embedded one")
+	xdsListen := fs.String("xds-listen", "", "address the control plane serves xDS on, for an external ratelimit service or Envoy (default: a free loopback port)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,19 +125,35 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	g, err := gateway.Start(ctx, gateway.Options{
+	opts := gateway.Options{
 		Config:         cfg,
 		DataDir:        *dataDir,
 		Logger:         logger,
 		Insecure:       *insecure,
 		ListenOverride: *listen,
-	})
+		RateLimitAddr:  *rateLimitAddr,
+		XDSListen:      *xdsListen,
+		AdminListen:    *adminListen,
+	}
+	var tokenSource string
+	if *adminListen != "" {
+		if err := checkAdminAddr(*adminListen, *insecure); err != nil {
+			return err
+		}
+		if opts.AdminToken, tokenSource, err = adminToken(*adminTokenFile, *dataDir); err != nil {
+			return err
+		}
+	}
+	g, err := gateway.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
 
 	fmt.Fprintf(stdout, "Switchyard is serving the OpenAI API at %s\n", g.BaseURL())
+	if u := g.AdminURL(); u != "" {
+		fmt.Fprintf(stdout, "Admin API at %s/admin/v1/keys (token: %s)\n", u, tokenSource)
+	}
 	if *demoKey {
 		secret, _, err := g.Keys.Create(ctx, "demo", "standard")
 		if err != nil {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/switchyard-ai/switchyard/gateway"
+)
+
+// cmdControlPlane is `switchyard controlplane`: the control plane alone,
+// serving xDS to Envoy, extproc and the rate limit service.
+func cmdControlPlane(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("controlplane", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "configuration file (default: the embedded configuration)")
+	listen := fs.String("listen", "127.0.0.1:18000", "xDS (ADS) address")
+	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	c, err := gateway.StartControlPlane(ctx, gateway.ControlPlaneOptions{Config: cfg, Listen: *listen, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return serveUntilDone(ctx, c, "control plane", *health, stdout)
+}
+
+// cmdExtProc is `switchyard extproc`: the external processor alone, for
+// Envoy to call over TCP or, as a sidecar, a Unix socket.
+func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("extproc", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o gateway.ExtProcOptions
+	fs.StringVar(&o.XDS, "xds", "127.0.0.1:18000", "control plane address")
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:18001", "ext_proc address, host:port or unix:/path")
+	fs.StringVar(&o.DataDir, "data-dir", ".data", "directory of the key database")
+	fs.StringVar(&o.RateLimit, "ratelimit", "", "rate limit service (RLS) address (default: no rate limits)")
+	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", 0, "largest request body Envoy buffers (default: the configuration default, 32 MiB)")
+	fs.StringVar(&o.NodeID, "node-id", "switchyard-extproc", "node id announced to the control plane")
+	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	o.Logger = logger
+	c, err := gateway.StartExtProc(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return serveUntilDone(ctx, c, "extproc", *health, stdout)
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// serveUntilDone serves the health endpoint, if asked, until ctx ends:
+// GET /healthz answers 200 once the component is ready and 503 before, so
+// orchestrators send traffic only to a component that can serve it.
+func serveUntilDone(ctx context.Context, c *gateway.Component, what, health string, stdout io.Writer) error {
+	if health != "" {
+		lis, err := net.Listen("tcp", health)
+		if err != nil {
+			return fmt.Errorf("--health: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if !c.Ready() {
+				http.Error(w, "not ready", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				fmt.Fprintf(stdout, "health endpoint stopped: %v\n", err)
+			}
+		}()
+		defer srv.Close()
+		fmt.Fprintf(stdout, "%s health at http://%s/healthz\n", what, lis.Addr())
+	}
+	fmt.Fprintf(stdout, "%s serving on %s\n", what, c.Addr)
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,340 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/tidwall/gjson"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/ratelimit"
+)
+
+// Limiter is the rate limit service (the RLS API); the client from
+// rlsv3.NewRateLimitServiceClient satisfies it.
+type Limiter interface {
+	ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (*rlsv3.RateLimitResponse, error)
+}
+
+// DefaultLimiterTimeout bounds one admission call to the limiter. An answer
+// that takes longer counts as the limiter being unreachable, and the key's
+// tier's on_limiter_error decides.
+const DefaultLimiterTimeout = 500 * time.Millisecond
+
+// Token estimate constants (see estimatePromptTokens).
+const (
+	bytesPerToken     = 4
+	tokensPerMessage  = 3
+	minPromptEstimate = 1
+)
+
+var (
+	errNoLimits = &apierror.Error{Status: http.StatusForbidden, Code: "rate_limits_not_configured",
+		Message: "This API key has no rate limits configured for its tier, so it cannot be served. Ask your gateway administrator."}
+	errLimiterDown = apierror.Server(http.StatusServiceUnavailable, "rate_limiter_unavailable",
+		"The gateway cannot check your rate limits right now. Please retry shortly.")
+)
+
+// limiter is the Server's rate limiting state.
+type limiter struct {
+	rls     Limiter
+	timeout time.Duration
+	metrics *ratelimit.Metrics
+	tiers   atomic.Pointer[map[string]config.Tier]
+	errLog  throttle
+}
+
+// setTiers is called with every catalog extproc accepts.
+func (l *limiter) setTiers(t map[string]config.Tier) { l.tiers.Store(&t) }
+
+// limitState is one request's rate limiting state.
+type limitState struct {
+	// headers are the x-ratelimit-* headers for the response.
+	headers []*corev3.HeaderValueOption
+	// usagePublished: the stream's usage went out as dynamic metadata
+	// before its end (publishUsageEarly).
+	usagePublished bool
+}
+
+// admit charges the request to its key's requests-per-minute limit and
+// checks that the key's remaining tokens cover an estimate of the prompt,
+// in one ShouldRateLimit call with the two descriptors of the shared scheme
+// (docs/ratelimit-design.md): requests with hits_addend 1, tokens with
+// hits_addend 0 (check only). The tokens themselves are charged when the
+// response ends, by the data plane's ratelimit filter, from the
+// total_tokens this server publishes. It returns the reply that refuses
+// the request, or nil to go on; either way the headers for the client are
+// kept for the response.
+func (st *stream) admit(ctx context.Context, body []byte, req *chatRequest) *extprocv3.ProcessingResponse {
+	l := &st.srv.limits
+	if l.rls == nil {
+		return nil
+	}
+	var tiers map[string]config.Tier
+	if p := l.tiers.Load(); p != nil {
+		tiers = *p
+	}
+	lim, ok := ratelimit.KeyLimits(tiers, &st.key)
+	if !ok {
+		st.srv.log.Warn("extproc: key has no rate limits", "request_id", st.requestID, "key_id", st.key.ID, "tier", st.key.Tier)
+		return immediate(errNoLimits)
+	}
+	estimate := estimatePromptTokens(body, req)
+	id := st.key.LimitID()
+	rreq := &rlsv3.RateLimitRequest{
+		Domain: ratelimit.Domain,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 1),
+			ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0),
+		},
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	resp, err := l.rls.ShouldRateLimit(cctx, rreq)
+	cancel()
+	if err == nil {
+		err = checkAnswer(resp, len(rreq.Descriptors))
+	}
+	if err != nil {
+		return st.limiterFailed(ctx, err, tiers[st.key.Tier], lim)
+	}
+	rq, tk := resp.GetStatuses()[0], resp.GetStatuses()[1]
+	tokensLeft := int64(tk.GetLimitRemaining())
+	if tk.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		tokensLeft = 0
+	}
+	requestsLeft := int64(rq.GetLimitRemaining())
+	switch {
+	case rq.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+		st.limits.headers = rateLimitHeaders(rq, tk, 0, tokensLeft)
+		l.metrics.Limited.Inc(apierror.TypeRequests, st.key.Tier)
+		limit := int64(rq.GetCurrentLimit().GetRequestsPerUnit())
+		return st.tooMany(apierror.TypeRequests, "requests per minute (RPM)", limit, limit, 1, rq)
+	case tokensLeft < estimate:
+		st.limits.headers = rateLimitHeaders(rq, tk, requestsLeft, tokensLeft)
+		l.metrics.Limited.Inc(apierror.TypeTokens, st.key.Tier)
+		limit := int64(tk.GetCurrentLimit().GetRequestsPerUnit())
+		return st.tooMany(apierror.TypeTokens, "tokens per minute (TPM)", limit, limit-tokensLeft, estimate, tk)
+	}
+	// An admitted request's estimate is shown as spent already, as OpenAI
+	// does, though it is only charged (at its real size) when it ends.
+	st.limits.headers = rateLimitHeaders(rq, tk, requestsLeft, tokensLeft-estimate)
+	return nil
+}
+
+// checkAnswer rejects an answer that does not decide both descriptors: a
+// missing status, or a descriptor the limiter has no limit for (a tier it
+// has not been configured with yet), which would otherwise silently mean
+// "unlimited".
+func checkAnswer(resp *rlsv3.RateLimitResponse, n int) error {
+	st := resp.GetStatuses()
+	if len(st) != n {
+		return fmt.Errorf("limiter answered %d statuses for %d descriptors", len(st), n)
+	}
+	for i, s := range st {
+		if s.GetCurrentLimit() == nil || s.GetCurrentLimit().GetRequestsPerUnit() == 0 {
+			return fmt.Errorf("limiter has no limit for descriptor %d (is its configuration current?)", i)
+		}
+	}
+	return nil
+}
+
+// tooMany is the 429 for the limit that status reports over.
+func (st *stream) tooMany(typ, what string, limit, used, requested int64, s *rlsv3.RateLimitResponse_DescriptorStatus) *extprocv3.ProcessingResponse {
+	wait := resetSeconds(s)
+	e := &apierror.Error{
+		Status: http.StatusTooManyRequests, Type: typ, Code: "rate_limit_exceeded", RetryAfter: int(wait),
+		Message: fmt.Sprintf("Rate limit reached for %s on API key %s: Limit %d, Used %d, Requested %d. "+
+			"The limit resets in %s; please try again then.",
+			what, st.key.ID, limit, used, requested, time.Duration(wait)*time.Second),
+	}
+	st.srv.log.Info("extproc: rate limited", "request_id", st.requestID, "key_id", st.key.ID, "tier", st.key.Tier, "type", typ)
+	return immediateWith(e, st.limits.headers)
+}
+
+// limiterFailed applies the tier's on_limiter_error when the limiter could
+// not decide: deny answers 503; allow serves the request unmetered, with
+// only the limit headers (the remaining counts are unknown).
+func (st *stream) limiterFailed(ctx context.Context, err error, tier config.Tier, lim ratelimit.Limits) *extprocv3.ProcessingResponse {
+	l := &st.srv.limits
+	deny := tier.OnLimiterError != config.LimiterAllow // unset (no catalog tier): deny
+	action := "allowed"
+	if deny {
+		action = "denied"
+	}
+	if ctx.Err() == nil { // not merely Envoy going away
+		l.metrics.LimiterErrors.Inc(st.key.Tier, action)
+		if n, ok := l.errLog.allow(); ok {
+			st.srv.log.Warn("extproc: rate limiter unavailable", "request_id", st.requestID, "tier", st.key.Tier,
+				"action", action, "error", err, "suppressed_since_last", n)
+		}
+	}
+	if deny {
+		return immediate(errLimiterDown, "retry-after", "1")
+	}
+	st.limits.headers = []*corev3.HeaderValueOption{
+		setHeader("x-ratelimit-limit-requests", strconv.FormatInt(lim.RPM, 10)),
+		setHeader("x-ratelimit-limit-tokens", strconv.FormatInt(lim.TPM, 10)),
+	}
+	return nil
+}
+
+// rateLimitHeaders are OpenAI's six x-ratelimit-* headers.
+func rateLimitHeaders(rq, tk *rlsv3.RateLimitResponse_DescriptorStatus, requestsLeft, tokensLeft int64) []*corev3.HeaderValueOption {
+	return []*corev3.HeaderValueOption{
+		setHeader("x-ratelimit-limit-requests", strconv.FormatUint(uint64(rq.GetCurrentLimit().GetRequestsPerUnit()), 10)),
+		setHeader("x-ratelimit-remaining-requests", strconv.FormatInt(max(requestsLeft, 0), 10)),
+		setHeader("x-ratelimit-reset-requests", (time.Duration(resetSeconds(rq)) * time.Second).String()),
+		setHeader("x-ratelimit-limit-tokens", strconv.FormatUint(uint64(tk.GetCurrentLimit().GetRequestsPerUnit()), 10)),
+		setHeader("x-ratelimit-remaining-tokens", strconv.FormatInt(max(tokensLeft, 0), 10)),
+		setHeader("x-ratelimit-reset-tokens", (time.Duration(resetSeconds(tk)) * time.Second).String()),
+	}
+}
+
+// resetSeconds is when the descriptor's window ends, in whole seconds (at
+// least 1, the smallest useful retry-after).
+func resetSeconds(s *rlsv3.RateLimitResponse_DescriptorStatus) int64 {
+	d := s.GetDurationUntilReset()
+	secs := d.GetSeconds()
+	if d.GetNanos() > 0 {
+		secs++
+	}
+	return max(secs, 1)
+}
+
+// withLimitHeaders adds the admission's x-ratelimit-* headers to a
+// response headers reply.
+func (st *stream) withLimitHeaders(resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	rh := resp.GetResponseHeaders()
+	if len(st.limits.headers) == 0 || rh == nil {
+		return resp
+	}
+	if rh.Response == nil {
+		rh.Response = &extprocv3.CommonResponse{}
+	}
+	if rh.Response.HeaderMutation == nil {
+		rh.Response.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	hm := rh.Response.HeaderMutation
+	hm.SetHeaders = append(hm.SetHeaders, st.limits.headers...)
+	return resp
+}
+
+// publishUsageEarly returns the reply for a chunk of an event stream that
+// is not the last one, carrying the usage as dynamic metadata if this chunk
+// completed the usage event. Usage is otherwise published with the stream's
+// last message, but SDKs close the connection as soon as they read
+// "data: [DONE]", which can end the request before that last (often empty)
+// message is processed; the stream-end charge then finds no total_tokens
+// and the tokens would go uncounted. The usage event precedes [DONE], and
+// its reply is applied before the chunk reaches the client.
+func (st *stream) publishUsageEarly(resp *extprocv3.ProcessingResponse, out []byte, replace bool) *extprocv3.ProcessingResponse {
+	if !st.sse.seen || st.limits.usagePublished {
+		return resp
+	}
+	st.limits.usagePublished = true
+	st.setUsage(st.sse.usage)
+	var cr *extprocv3.CommonResponse
+	if replace {
+		cr = &extprocv3.CommonResponse{BodyMutation: bodyMutation(out)}
+	}
+	r := responseBodyReply(cr) // not the reused replies: this one carries metadata
+	r.DynamicMetadata = usageMetadata(st.usage)
+	return r
+}
+
+// limitMetadata adds what the data plane's ratelimit filter needs beyond
+// key_id and tier: the key's own TPM when it has one, as the limit override
+// of the stream-end charge.
+func (st *stream) limitMetadata(fields map[string]*structpb.Value) {
+	if st.key.ID != st.key.LimitID() {
+		// key_id names the rotation chain the limits are counted on; keep
+		// the key actually used visible in the access log too.
+		fields["api_key_id"] = structpb.NewStringValue(st.key.ID)
+	}
+	if st.key.TPM > 0 {
+		fields[ratelimit.MetaTPMLimit] = ratelimit.TPMLimitMetadata(st.key.TPM)
+	}
+}
+
+// immediateWith is immediate with extra headers already in mutation form.
+func immediateWith(e *apierror.Error, extra []*corev3.HeaderValueOption) *extprocv3.ProcessingResponse {
+	resp := immediate(e)
+	hm := resp.GetImmediateResponse().GetHeaders()
+	hm.SetHeaders = append(hm.SetHeaders, extra...)
+	return resp
+}
+
+// estimatePromptTokens is the cheap prompt estimate admission compares with
+// the key's remaining tokens: the bytes of the messages' text (string
+// contents, text parts, names, tool call names and arguments) divided by
+// four, rounded up, plus three tokens per message for the chat framing. Four
+// bytes per token is the usual rule of thumb for English text with BPE
+// tokenizers. Images, audio and files are not estimated: they are charged
+// at their real cost when the response ends. The raw JSON lengths are used
+// without unescaping, which slightly overcounts escaped text.
+func estimatePromptTokens(body []byte, req *chatRequest) int64 {
+	sp := req.fields[fMessages]
+	if !sp.present() {
+		return minPromptEstimate
+	}
+	var textBytes, messages int64
+	strLen := func(r gjson.Result) int64 {
+		if r.Type != gjson.String {
+			return 0
+		}
+		return int64(max(len(r.Raw)-2, 0)) // without the quotes
+	}
+	gjson.Parse(bytesString(body[sp.start:sp.end])).ForEach(func(_, m gjson.Result) bool {
+		messages++
+		c := m.Get("content")
+		if c.IsArray() {
+			c.ForEach(func(_, part gjson.Result) bool {
+				textBytes += strLen(part.Get("text"))
+				return true
+			})
+		} else {
+			textBytes += strLen(c)
+		}
+		textBytes += strLen(m.Get("name"))
+		m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
+			textBytes += strLen(tc.Get("function.name")) + strLen(tc.Get("function.arguments"))
+			return true
+		})
+		return true
+	})
+	est := (textBytes+bytesPerToken-1)/bytesPerToken + tokensPerMessage*messages
+	return max(est, minPromptEstimate)
+}
+
+// throttle lets one event through per second and counts the others, so a
+// limiter outage at thousands of requests per second logs once a second.
+type throttle struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int64
+}
+
+func (t *throttle) allow() (suppressed int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := time.Now()
+	if now.Sub(t.last) < time.Second {
+		t.suppressed++
+		return 0, false
+	}
+	n := t.suppressed
+	t.last, t.suppressed = now, 0
+	return n, true
+}

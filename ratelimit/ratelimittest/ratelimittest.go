@@ -1,0 +1,178 @@
+// Package ratelimittest runs the fleet's rate limiter for tests: a private
+// redis-server (installed with apt-get when missing and the tests run as
+// root, as on a fresh Debian CI machine) and envoyproxy/ratelimit's service
+// on its Redis store, configured over xDS from a Switchyard control plane
+// exactly as CONFIG_TYPE=GRPC_XDS_SOTW configures the ratelimit binary.
+package ratelimittest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/envoyproxy/ratelimit/src/provider"
+	"github.com/envoyproxy/ratelimit/src/redis"
+	rlservice "github.com/envoyproxy/ratelimit/src/service"
+	"github.com/envoyproxy/ratelimit/src/settings"
+	"github.com/envoyproxy/ratelimit/src/stats"
+	gostats "github.com/lyft/gostats"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+
+	"github.com/switchyard-ai/switchyard/ratelimit"
+)
+
+// EnvoyRateLimit serves envoyproxy/ratelimit's RLS service on lis, with its
+// Redis store on the redis-server at the unix socket redisSock and its own
+// xDS config provider reading the control plane at xdsAddr. It is assembled
+// as the ratelimit binary's runner assembles it, minus the runner's signal
+// handling and debug HTTP server, and returns once the first configuration
+// has arrived. clock drives the fixed windows (nil: the system clock).
+func EnvoyRateLimit(t testing.TB, lis net.Listener, xdsAddr, redisSock string, clock ratelimit.Clock) {
+	t.Helper()
+	if clock == nil {
+		clock = ratelimit.SystemClock{}
+	}
+	logrus.SetLevel(logrus.WarnLevel)
+
+	s := settings.NewSettings()
+	s.ConfigType = "GRPC_XDS_SOTW"
+	s.ConfigGrpcXdsServerUrl = xdsAddr
+	s.ConfigGrpcXdsNodeId = "test-envoyproxy-ratelimit"
+	s.ConfigGrpcXdsServerConnectRetryInterval = 100 * time.Millisecond
+	s.XdsClientBackoffInitialInterval = 100 * time.Millisecond
+	s.XdsClientBackoffMaxInterval = time.Second
+	sm := stats.NewStatManager(gostats.NewStore(gostats.NewNullSink(), false), s)
+
+	store := gostats.NewStore(gostats.NewNullSink(), false)
+	client := redis.NewClientImpl(store.Scope("redis"), false, "", "unix", "single", redisSock, 4,
+		0, 0, nil, false, nil, 5*time.Second, "", "")
+	t.Cleanup(func() { _ = client.Close() })
+	cache := redis.NewFixedRateLimitCacheImpl(client, nil, clock, rand.New(rand.NewSource(1)), 0, nil, 0.8, "", sm, false)
+
+	prov := provider.NewXdsGrpcSotwProvider(s, sm)
+	t.Cleanup(func() { go prov.Stop() })
+	started := make(chan rlservice.RateLimitServiceServer, 1)
+	go func() {
+		// Without forceStart, NewService waits for the first configuration
+		// from the provider, as the ratelimit binary does.
+		started <- rlservice.NewService(cache, prov, sm, nil, clock, false, false, false)
+	}()
+	var svc rlservice.RateLimitServiceServer
+	select {
+	case svc = <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("envoyproxy/ratelimit got no configuration over xDS")
+	}
+	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, svc)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+}
+
+var (
+	redisOnce sync.Once
+	redisBin  string
+	redisErr  error
+)
+
+// Redis starts a private redis-server on a unix socket and returns
+// the socket's path. A machine without redis-server gets it from apt-get
+// when the test runs as root (a fresh Debian CI machine); otherwise the
+// test is skipped, saying why.
+func Redis(t testing.TB) string {
+	t.Helper()
+	redisOnce.Do(func() { redisBin, redisErr = findOrInstallRedis() })
+	if redisErr != nil {
+		t.Skipf("SKIP: redis-server is not available, so the conformance table does not run against envoyproxy/ratelimit's Redis store: %v", redisErr)
+	}
+	// Unix socket paths are limited to about 100 bytes, which t.TempDir
+	// can exceed.
+	dir, err := os.MkdirTemp("", "sy-redis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "redis.sock")
+	var out bytes.Buffer
+	cmd := exec.Command(redisBin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			_ = c.Close()
+			return sock
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server did not start:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func findOrInstallRedis() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	apt, err := exec.LookPath("apt-get")
+	if err != nil {
+		return "", fmt.Errorf("not in PATH, and no apt-get to install it with")
+	}
+	if os.Geteuid() != 0 {
+		return "", fmt.Errorf("not in PATH; install it (apt-get install redis-server) or run the tests as root to have them install it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	aptRun := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, apt, append([]string{"-o", "DPkg::Lock::Timeout=120", "-y", "-q"}, args...)...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		cmd.Stdout, cmd.Stderr = &log, &log
+		return cmd.Run()
+	}
+	install := func() error { return aptRun("install", "--no-install-recommends", "redis-server") }
+	// Another test binary of the same `go test ./...` may be installing it
+	// at the same moment and hold apt's locks: look again, refresh the
+	// package lists (a fresh machine may have none) and retry.
+	for attempt := range 3 {
+		if p, lerr := exec.LookPath("redis-server"); lerr == nil {
+			return p, nil
+		}
+		if err = install(); err == nil {
+			break
+		}
+		if attempt == 0 {
+			if uerr := aptRun("update"); uerr != nil {
+				err = fmt.Errorf("apt-get update: %w", uerr)
+			}
+		} else {
+			time.Sleep(2 * time.Second)
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("apt-get install redis-server: %w\n%s", err, log.String())
+	}
+	for _, p := range []string{"redis-server", "/usr/bin/redis-server", "/usr/sbin/redis-server"} {
+		if p, err := exec.LookPath(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("apt-get installed redis-server but it is not in PATH\n%s", log.String())
+}
