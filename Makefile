@@ -5,7 +5,7 @@ BIN      := bin/switchyard
 DATA_DIR ?= .data
 LISTEN   ?= 127.0.0.1:8080
 
-.PHONY: build run test vet
+.PHONY: build run test vet test-deps
 
 build:
 	$(GO) build -o $(BIN) ./cmd/switchyard
@@ -16,6 +16,14 @@ run: build
 vet:
 	$(GO) vet ./...
 
+# Fleet-mode rate-limit tests need a real redis-server (Debian package). Install it
+# when missing and we are root; otherwise those tests skip and say why.
+test-deps:
+	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1; }; }; } || \
+	  echo "note: redis-server could not be installed; fleet-mode rate-limit tests will be skipped"
+
 # -count=1: never trust the test cache in CI; the contract tests read ../shared.
-test: build vet
+test: build vet test-deps
 	$(GO) test -count=1 -timeout 15m ./...
