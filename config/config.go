@@ -92,13 +92,38 @@ type Model struct {
 	ContextWindow int             `yaml:"context_window"`
 	Capabilities  []string        `yaml:"capabilities"`
 	Providers     []ModelProvider `yaml:"providers"`
+	// Routing picks the first provider tried: RoutingPriority (default),
+	// RoutingWeighted or RoutingLatency. Failover order follows priority.
+	Routing string `yaml:"routing"`
+	// FirstByteTimeout bounds one attempt until response headers; past it
+	// the attempt fails over to the next provider.
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	// DropUnsupported drops request parameters a provider cannot honour
+	// instead of answering 400 naming them.
+	DropUnsupported bool `yaml:"drop_unsupported"`
+	// Tokenizer names the model's tokenizer (see package tokenizer) for
+	// embedding truncation; empty means the documented estimate.
+	Tokenizer string `yaml:"tokenizer"`
+	// Dimensions reports whether the embedding model accepts `dimensions`.
+	Dimensions bool `yaml:"dimensions"`
 }
 
 // ModelProvider is one provider serving a model, under the provider's own name.
 type ModelProvider struct {
 	Provider      string `yaml:"provider"`
 	UpstreamModel string `yaml:"upstream_model"`
+	// Weight is the share of first attempts under RoutingWeighted (default 1).
+	Weight int `yaml:"weight"`
+	// Priority orders failover: lower first; equal priorities keep file order.
+	Priority int `yaml:"priority"`
 }
+
+// Model routing policies.
+const (
+	RoutingPriority = "priority"
+	RoutingWeighted = "weighted"
+	RoutingLatency  = "latency"
+)
 
 // Tier holds per-minute limits; zero means "set per key" (enterprise).
 type Tier struct {
@@ -124,13 +149,15 @@ const (
 	DefaultExtProcMessageTimeout = 10 * time.Second
 	DefaultStreamIdleTimeout     = 5 * time.Minute
 	DefaultContextWindow         = 128000
+	DefaultFirstByteTimeout      = 30 * time.Second
 )
 
 // Known enumerations.
 var (
-	ProviderKinds = []string{"openai"}
-	Regions       = []string{"us", "asia"}
-	Capabilities  = []string{"chat", "embeddings", "responses", "tools"}
+	ProviderKinds   = []string{"openai", "anthropic", "gemini"}
+	RoutingPolicies = []string{RoutingPriority, RoutingWeighted, RoutingLatency}
+	Regions         = []string{"us", "asia"}
+	Capabilities    = []string{"chat", "embeddings", "responses", "tools"}
 )
 
 // Error is a validation error located in the file.
@@ -213,6 +240,17 @@ func (c *Config) applyDefaults() {
 		}
 		if len(m.Capabilities) == 0 {
 			m.Capabilities = []string{"chat", "tools"}
+		}
+		if m.Routing == "" {
+			m.Routing = RoutingPriority
+		}
+		if m.FirstByteTimeout == 0 {
+			m.FirstByteTimeout = DefaultFirstByteTimeout
+		}
+		for j := range m.Providers {
+			if m.Providers[j].Weight == 0 {
+				m.Providers[j].Weight = 1
+			}
 		}
 	}
 	if c.Tiers == nil {
@@ -355,8 +393,8 @@ func (v *validator) check(c *Config) {
 		if !nameRE.MatchString(d.Name) {
 			v.fail("must be a lower-case name ([a-z0-9_-])", "demo_upstreams", i, "name")
 		}
-		if d.Kind != "openai" {
-			v.fail(`must be "openai"`, "demo_upstreams", i, "kind")
+		if !contains(ProviderKinds, d.Kind) {
+			v.fail(fmt.Sprintf("must be one of %v", ProviderKinds), "demo_upstreams", i, "kind")
 		}
 		if host, _, err := net.SplitHostPort(d.Listen); err != nil {
 			v.fail("must be host:port", "demo_upstreams", i, "listen")
@@ -418,6 +456,18 @@ func (v *validator) check(c *Config) {
 			if mp.UpstreamModel == "" {
 				v.fail("is required", "models", i, "providers", j, "upstream_model")
 			}
+			if mp.Weight < 0 {
+				v.fail("must not be negative", "models", i, "providers", j, "weight")
+			}
+		}
+		if !contains(RoutingPolicies, m.Routing) {
+			v.fail(fmt.Sprintf("must be one of %v", RoutingPolicies), "models", i, "routing")
+		}
+		if m.FirstByteTimeout < 0 {
+			v.fail("must be positive", "models", i, "first_byte_timeout")
+		}
+		if m.Tokenizer != "" && !contains([]string{"cl100k_base", "o200k_base", "estimate"}, m.Tokenizer) {
+			v.fail("must be cl100k_base, o200k_base or estimate", "models", i, "tokenizer")
 		}
 	}
 	for name, t := range c.Tiers {

@@ -49,6 +49,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"missing upstream", [2]string{"upstream_model: m1", "upstream_model: \"\""}, []string{"test.yaml:12:", "upstream_model", "required"}},
 		{"bad address", [2]string{"127.0.0.1:8080", "nowhere"}, []string{"test.yaml:3:", "listeners[0].address"}},
 		{"listener host name", [2]string{"127.0.0.1:8080", "gateway.example.com:8080"}, []string{"test.yaml:3:", "listeners[0].address", "IP address"}},
+		{"bad routing", [2]string{"- id: acme/m1", "- id: acme/m1\n    routing: random"}, []string{"test.yaml:10:", "models[0].routing"}},
+		{"bad tokenizer", [2]string{"- id: acme/m1", "- id: acme/m1\n    tokenizer: gpt2"}, []string{"test.yaml:10:", "models[0].tokenizer"}},
+		{"negative weight", [2]string{"upstream_model: m1", "upstream_model: m1\n        weight: -1"}, []string{"test.yaml:13:", "weight"}},
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
 		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"line 10", "lots"}},
 	}
