@@ -28,94 +28,94 @@ const DefaultName = "<embedded default>"
 // Config is the whole configuration file.
 type Config struct {
 	// Region is this gateway instance's home region (us or asia).
-	Region        string          `yaml:"region"`
-	Listeners     []Listener      `yaml:"listeners"`
-	Limits        Limits          `yaml:"limits"`
-	DemoUpstreams []DemoUpstream  `yaml:"demo_upstreams"`
-	Providers     []Provider      `yaml:"providers"`
-	Models        []Model         `yaml:"models"`
-	Tiers         map[string]Tier `yaml:"tiers"`
+	Region        string          `yaml:"region" json:"region,omitempty"`
+	Listeners     []Listener      `yaml:"listeners" json:"listeners,omitempty"`
+	Limits        Limits          `yaml:"limits" json:"limits,omitempty"`
+	DemoUpstreams []DemoUpstream  `yaml:"demo_upstreams" json:"demo_upstreams,omitempty"`
+	Providers     []Provider      `yaml:"providers" json:"providers,omitempty"`
+	Models        []Model         `yaml:"models" json:"models,omitempty"`
+	Tiers         map[string]Tier `yaml:"tiers" json:"tiers,omitempty"`
 	// Backends is the Go service that answers the stateful endpoints
 	// (files, batches, responses, models); nil: no backend routes.
-	Backends *Backends `yaml:"backends"`
+	Backends *Backends `yaml:"backends" json:"backends,omitempty"`
 	// UpstreamCAFile is the CA bundle provider certificates are verified
 	// against; default DefaultUpstreamCAFile.
-	UpstreamCAFile string `yaml:"upstream_ca_file"`
+	UpstreamCAFile string `yaml:"upstream_ca_file" json:"upstream_ca_file,omitempty"`
 }
 
 // Listener is a public listener of the data plane.
 type Listener struct {
-	Name    string `yaml:"name"`
-	Address string `yaml:"address"`
-	TLS     *TLS   `yaml:"tls"`
+	Name    string `yaml:"name" json:"name,omitempty"`
+	Address string `yaml:"address" json:"address,omitempty"`
+	TLS     *TLS   `yaml:"tls" json:"tls,omitempty"`
 }
 
 // TLS names certificate files; their contents are read at start.
 type TLS struct {
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	CertFile string `yaml:"cert_file" json:"cert_file,omitempty"`
+	KeyFile  string `yaml:"key_file" json:"key_file,omitempty"`
 }
 
 // Limits are gateway-wide request limits.
 type Limits struct {
-	MaxRequestBodyBytes   int64         `yaml:"max_request_body_bytes"`
-	ExtProcMessageTimeout time.Duration `yaml:"ext_proc_message_timeout"`
-	StreamIdleTimeout     time.Duration `yaml:"stream_idle_timeout"`
+	MaxRequestBodyBytes   int64         `yaml:"max_request_body_bytes" json:"max_request_body_bytes,omitempty"`
+	ExtProcMessageTimeout time.Duration `yaml:"ext_proc_message_timeout" json:"ext_proc_message_timeout,omitempty"`
+	StreamIdleTimeout     time.Duration `yaml:"stream_idle_timeout" json:"stream_idle_timeout,omitempty"`
 }
 
 // DemoUpstream is a fake vendor endpoint the gateway process starts itself.
 type DemoUpstream struct {
-	Name   string `yaml:"name"`
-	Kind   string `yaml:"kind"`
-	Listen string `yaml:"listen"`
+	Name   string `yaml:"name" json:"name,omitempty"`
+	Kind   string `yaml:"kind" json:"kind,omitempty"`
+	Listen string `yaml:"listen" json:"listen,omitempty"`
 }
 
 // Provider is an upstream vendor endpoint.
 type Provider struct {
-	Name    string `yaml:"name"`
-	Kind    string `yaml:"kind"`
-	BaseURL string `yaml:"base_url"`
+	Name    string `yaml:"name" json:"name,omitempty"`
+	Kind    string `yaml:"kind" json:"kind,omitempty"`
+	BaseURL string `yaml:"base_url" json:"base_url,omitempty"`
 	// APIKeyEnv names the environment variable holding the provider's
 	// credential; the credential itself never appears in the file.
-	APIKeyEnv string `yaml:"api_key_env"`
-	Region    string `yaml:"region"`
+	APIKeyEnv string `yaml:"api_key_env" json:"api_key_env,omitempty"`
+	Region    string `yaml:"region" json:"region,omitempty"`
 	// HTTP2 says the provider speaks HTTP/2 (over TLS by ALPN, or h2c for
 	// http URLs), so many requests share one connection.
-	HTTP2 bool `yaml:"http2"`
+	HTTP2 bool `yaml:"http2" json:"http2,omitempty"`
 	// TLS overrides the upstream TLS settings of an https provider.
-	TLS *ProviderTLS `yaml:"tls"`
+	TLS *ProviderTLS `yaml:"tls" json:"tls,omitempty"`
 }
 
 // Model is a client-visible model id and the providers that serve it.
 type Model struct {
-	ID            string          `yaml:"id"`
-	ContextWindow int             `yaml:"context_window"`
-	Capabilities  []string        `yaml:"capabilities"`
-	Providers     []ModelProvider `yaml:"providers"`
+	ID            string          `yaml:"id" json:"id,omitempty"`
+	ContextWindow int             `yaml:"context_window" json:"context_window,omitempty"`
+	Capabilities  []string        `yaml:"capabilities" json:"capabilities,omitempty"`
+	Providers     []ModelProvider `yaml:"providers" json:"providers,omitempty"`
 	// Routing picks the first provider tried: RoutingPriority (default),
 	// RoutingWeighted or RoutingLatency. Failover order follows priority.
-	Routing string `yaml:"routing"`
+	Routing string `yaml:"routing" json:"routing,omitempty"`
 	// FirstByteTimeout bounds one attempt until response headers; past it
 	// the attempt fails over to the next provider.
-	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout" json:"first_byte_timeout,omitempty"`
 	// DropUnsupported drops request parameters a provider cannot honour
 	// instead of answering 400 naming them.
-	DropUnsupported bool `yaml:"drop_unsupported"`
+	DropUnsupported bool `yaml:"drop_unsupported" json:"drop_unsupported,omitempty"`
 	// Tokenizer names the model's tokenizer (see package tokenizer) for
 	// embedding truncation; empty means the documented estimate.
-	Tokenizer string `yaml:"tokenizer"`
+	Tokenizer string `yaml:"tokenizer" json:"tokenizer,omitempty"`
 	// Dimensions reports whether the embedding model accepts `dimensions`.
-	Dimensions bool `yaml:"dimensions"`
+	Dimensions bool `yaml:"dimensions" json:"dimensions,omitempty"`
 }
 
 // ModelProvider is one provider serving a model, under the provider's own name.
 type ModelProvider struct {
-	Provider      string `yaml:"provider"`
-	UpstreamModel string `yaml:"upstream_model"`
+	Provider      string `yaml:"provider" json:"provider,omitempty"`
+	UpstreamModel string `yaml:"upstream_model" json:"upstream_model,omitempty"`
 	// Weight is the share of first attempts under RoutingWeighted (default 1).
-	Weight int `yaml:"weight"`
+	Weight int `yaml:"weight" json:"weight,omitempty"`
 	// Priority orders failover: lower first; equal priorities keep file order.
-	Priority int `yaml:"priority"`
+	Priority int `yaml:"priority" json:"priority,omitempty"`
 }
 
 // Model routing policies.
@@ -127,14 +127,14 @@ const (
 
 // Tier holds per-minute limits; zero means "set per key" (enterprise).
 type Tier struct {
-	RPM int `yaml:"rpm"`
-	TPM int `yaml:"tpm"`
+	RPM int `yaml:"rpm" json:"rpm,omitempty"`
+	TPM int `yaml:"tpm" json:"tpm,omitempty"`
 	// OnLimiterError is what happens to this tier's requests while the rate
 	// limiter cannot be reached: LimiterDeny (answer 503) or LimiterAllow
 	// (serve them unmetered). It defaults to deny for the free tier, whose
 	// traffic is the cheapest to turn away and the likeliest to be abuse,
 	// and to allow for every other tier, whose customers pay to be served.
-	OnLimiterError string `yaml:"on_limiter_error"`
+	OnLimiterError string `yaml:"on_limiter_error" json:"on_limiter_error,omitempty"`
 }
 
 // Tier.OnLimiterError values.

@@ -20,16 +20,16 @@ const DefaultUpstreamCAFile = "/etc/ssl/certs/ca-certificates.crt"
 type Backends struct {
 	// Address is host:port; a host name is resolved by the data plane
 	// (a Kubernetes Service or a compose service name).
-	Address string `yaml:"address"`
+	Address string `yaml:"address" json:"address,omitempty"`
 }
 
 // ProviderTLS tunes the TLS connection to an https provider.
 type ProviderTLS struct {
 	// CAFile is the CA bundle for this provider; default the config's
 	// upstream_ca_file.
-	CAFile string `yaml:"ca_file"`
+	CAFile string `yaml:"ca_file" json:"ca_file,omitempty"`
 	// SNI is the server name sent and verified; default the base URL's host.
-	SNI string `yaml:"sni"`
+	SNI string `yaml:"sni" json:"sni,omitempty"`
 }
 
 // dnsNameRE is a host name as SNI carries it (RFC 6066: no IP literals).
