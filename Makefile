@@ -27,3 +27,11 @@ test-deps:
 # -count=1: never trust the test cache in CI; the contract tests read ../shared.
 test: build vet test-deps
 	$(GO) test -count=1 -timeout 15m ./...
+
+# Benchmarks (bench/): latency Switchyard adds over a direct call, side by side with
+# nginx and the Portkey gateway; streaming; hot-path microbenchmarks; peak RSS. Writes
+# docs/benchmarks.md and docs/benchmarks-latency.svg. Installs nginx (apt) and the
+# Portkey gateway (npm, into bench/.cache) when missing. Not part of `make test`.
+.PHONY: bench
+bench: build
+	$(GO) run ./bench -bin $(BIN) -go $(GO)

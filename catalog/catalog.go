@@ -24,6 +24,22 @@ const (
 	// RouteHeader carries the canonical model id chosen by extproc; model
 	// routes match on it exactly.
 	RouteHeader = "x-switchyard-model"
+	// FirstHeader names the provider extproc's routing policy prefers for
+	// the request's first attempt; the model's routes match it together
+	// with RouteHeader, and the failover order behind it is the route's.
+	// A value the data plane does not know falls through to the model's
+	// default route.
+	FirstHeader = "x-switchyard-first"
+	// PhaseMetadata is the gRPC initial-metadata key that tells extproc
+	// which ext_proc filter opened a Process stream: PhaseUpstream for the
+	// per-attempt filter on provider clusters, absent for the listener's
+	// (downstream) filter.
+	PhaseMetadata = "x-switchyard-phase"
+	// PhaseUpstream is PhaseMetadata's value on the upstream filter.
+	PhaseUpstream = "upstream"
+	// ProviderMetadata is the gRPC initial-metadata key naming the
+	// provider whose cluster runs the upstream filter.
+	ProviderMetadata = "x-switchyard-provider"
 	// InternalHeaderPrefix marks headers that carry identity or routing inside
 	// the gateway. Extproc strips every such header a client sends, so none can
 	// be forged.

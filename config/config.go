@@ -41,6 +41,20 @@ type Config struct {
 	// UpstreamCAFile is the CA bundle provider certificates are verified
 	// against; default DefaultUpstreamCAFile.
 	UpstreamCAFile string `yaml:"upstream_ca_file" json:"upstream_ca_file,omitempty"`
+	// OutlierDetection decides when a failing provider is taken out of
+	// rotation, and for how long.
+	OutlierDetection OutlierDetection `yaml:"outlier_detection" json:"outlier_detection,omitempty"`
+}
+
+// OutlierDetection ejects a provider that keeps failing: after
+// ConsecutiveFailures 5xx answers (or connection failures, resets and
+// timeouts) in a row it gets no traffic for BaseEjectionTime times the
+// number of times in a row it was ejected, then is probed back in. 429s do
+// not count: a rate-limited provider is not failing.
+type OutlierDetection struct {
+	ConsecutiveFailures int           `yaml:"consecutive_failures" json:"consecutive_failures,omitempty"`
+	Interval            time.Duration `yaml:"interval" json:"interval,omitempty"`
+	BaseEjectionTime    time.Duration `yaml:"base_ejection_time" json:"base_ejection_time,omitempty"`
 }
 
 // Listener is a public listener of the data plane.
@@ -150,6 +164,9 @@ const (
 	DefaultStreamIdleTimeout     = 5 * time.Minute
 	DefaultContextWindow         = 128000
 	DefaultFirstByteTimeout      = 30 * time.Second
+	DefaultConsecutiveFailures   = 3
+	DefaultOutlierInterval       = time.Second
+	DefaultBaseEjectionTime      = 10 * time.Second
 )
 
 // Known enumerations.
@@ -227,6 +244,15 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Limits.StreamIdleTimeout == 0 {
 		c.Limits.StreamIdleTimeout = DefaultStreamIdleTimeout
+	}
+	if c.OutlierDetection.ConsecutiveFailures == 0 {
+		c.OutlierDetection.ConsecutiveFailures = DefaultConsecutiveFailures
+	}
+	if c.OutlierDetection.Interval == 0 {
+		c.OutlierDetection.Interval = DefaultOutlierInterval
+	}
+	if c.OutlierDetection.BaseEjectionTime == 0 {
+		c.OutlierDetection.BaseEjectionTime = DefaultBaseEjectionTime
 	}
 	for i := range c.Providers {
 		if c.Providers[i].Region == "" {
@@ -388,6 +414,9 @@ func (v *validator) check(c *Config) {
 	}
 	if c.Limits.ExtProcMessageTimeout < 0 || c.Limits.StreamIdleTimeout < 0 {
 		v.fail("durations must be positive", "limits")
+	}
+	if od := c.OutlierDetection; od.ConsecutiveFailures < 1 || od.Interval < time.Millisecond || od.BaseEjectionTime < time.Millisecond {
+		v.fail("consecutive_failures must be at least 1, interval and base_ejection_time at least 1ms", "outlier_detection")
 	}
 	for i, d := range c.DemoUpstreams {
 		if !nameRE.MatchString(d.Name) {

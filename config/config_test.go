@@ -54,6 +54,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"negative weight", [2]string{"upstream_model: m1", "upstream_model: m1\n        weight: -1"}, []string{"test.yaml:13:", "weight"}},
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
 		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"line 10", "lots"}},
+		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,6 +72,24 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 	}
 	if _, err := Parse("test.yaml", []byte(good)); err != nil {
 		t.Fatalf("good config rejected: %v", err)
+	}
+}
+
+func TestOutlierDetectionDefaults(t *testing.T) {
+	c, err := Parse("test.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if od := c.OutlierDetection; od.ConsecutiveFailures != DefaultConsecutiveFailures || od.Interval != DefaultOutlierInterval ||
+		od.BaseEjectionTime != DefaultBaseEjectionTime {
+		t.Errorf("defaults = %+v", od)
+	}
+	c, err = Parse("test.yaml", []byte(strings.Replace(good, "models:", "outlier_detection: {consecutive_failures: 2, base_ejection_time: 500ms}\nmodels:", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if od := c.OutlierDetection; od.ConsecutiveFailures != 2 || od.BaseEjectionTime.String() != "500ms" || od.Interval != DefaultOutlierInterval {
+		t.Errorf("parsed = %+v", od)
 	}
 }
 

@@ -2,11 +2,23 @@
 // serving them over ADS.
 //
 // The control plane is the single source of truth: Build turns a
-// *config.Config into one go-control-plane snapshot, and Server serves that
-// snapshot to Envoy, to Switchyard's own Go data plane and to every extproc
-// (which subscribes to the RTDS resource catalog.RuntimeName). Every consumer
-// reads the same resources, so the names produced here are a contract; they
-// are exported as constants and functions where a consumer needs them.
+// *config.Config into one go-control-plane snapshot per home region
+// (BuildRegion), and Server serves them to Envoy, to Switchyard's own Go
+// data plane and to every extproc (which subscribes to the RTDS resource
+// catalog.RuntimeName), each node the snapshot of its locality's region.
+// Every consumer reads the same resources, so the names produced here are a
+// contract; they are exported as constants and functions where a consumer
+// needs them.
+//
+// Routing across providers (docs/routing-design.md) is Envoy's: per model,
+// routes on the model and extproc's first choice to aggregate clusters
+// that order the providers for failover, a retry policy that moves each
+// retry to the next provider, outlier detection on provider clusters, and
+// an upstream ext_proc filter that adapts every attempt to its provider.
+// Server also owns the configuration in force and its live changes: file
+// reloads (WatchFile), routing edits (Modify), drains, each a new snapshot
+// version, rolled out catalog first so that extprocs and data planes a
+// version apart never disagree on a route.
 package controlplane
 
 import (
@@ -34,9 +46,13 @@ const (
 	FilterExtProc               = "envoy.filters.http.ext_proc"
 	FilterRateLimit             = "envoy.filters.http.ratelimit"
 	FilterRouter                = "envoy.filters.http.router"
-	TransportSocketTLS          = "envoy.transport_sockets.tls"
-	AccessLoggerStdout          = "envoy.access_loggers.stdout"
-	FormatterReqWithoutQuery    = "envoy.formatter.req_without_query"
+	// FilterUpstreamCodec ends every upstream HTTP filter chain.
+	FilterUpstreamCodec = "envoy.filters.http.upstream_codec"
+	// ClusterTypeAggregate is the custom cluster type of failover clusters.
+	ClusterTypeAggregate     = "envoy.clusters.aggregate"
+	TransportSocketTLS       = "envoy.transport_sockets.tls"
+	AccessLoggerStdout       = "envoy.access_loggers.stdout"
+	FormatterReqWithoutQuery = "envoy.formatter.req_without_query"
 	// HTTPProtocolOptionsKey is the typed_extension_protocol_options key of
 	// a cluster's upstream HTTP settings.
 	HTTPProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
@@ -67,8 +83,15 @@ const (
 // come before the model routes: first match wins.
 var BackendPaths = []string{"/v1/files", "/v1/batches", "/v1/responses", "/v1/models"}
 
-// ModelRouteName is the name of the route that sends a model to its provider.
+// ModelRouteName is the name of a model's default route, which sends it to
+// its providers in failover order.
 func ModelRouteName(modelID string) string { return "model:" + modelID }
+
+// ModelProviderRouteName is the name of the route taken when extproc's
+// first choice for a model is provider.
+func ModelProviderRouteName(modelID, provider string) string {
+	return "model:" + modelID + "@" + provider
+}
 
 // BackendRouteName is the name of the route that sends path to the backends.
 func BackendRouteName(path string) string { return "backend:" + path }
@@ -84,9 +107,38 @@ func SecretName(listener string) string { return "listener_" + listener }
 // packed in Anys, so a snapshot it returns is one Envoy accepts. The Envoy
 // load-time checks PGV cannot express live in package envoy, which runs on
 // every snapshot of every example configuration in the tests.
+//
+// The snapshot is for a gateway in cfg.Region; BuildRegion builds it for
+// another home region.
 func Build(cfg *config.Config, version string) (*cachev3.Snapshot, error) {
 	if cfg == nil {
 		return nil, errors.New("controlplane: nil config")
+	}
+	return BuildRegion(cfg, cfg.Region, version)
+}
+
+// BuildRegion is Build for a gateway whose home region is region: its
+// providers' endpoints are priority 0 (the others 1), they come first in
+// every failover order, and the catalog names region as the home region.
+func BuildRegion(cfg *config.Config, region, version string) (*cachev3.Snapshot, error) {
+	return buildRegion(cfg, cfg, region, version)
+}
+
+// buildRegion is BuildRegion with the catalog built from cat, which may
+// route more than cfg (routes being retired, see Server).
+func buildRegion(cfg, cat *config.Config, region, version string) (*cachev3.Snapshot, error) {
+	if cfg == nil || cat == nil {
+		return nil, errors.New("controlplane: nil config")
+	}
+	if region != cfg.Region {
+		c := *cfg
+		c.Region = region
+		cfg = &c
+	}
+	if region != cat.Region {
+		c := *cat
+		c.Region = region
+		cat = &c
 	}
 	var (
 		listeners []types.Resource
@@ -110,7 +162,7 @@ func Build(cfg *config.Config, version string) (*cachev3.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := catalog.FromConfig(cfg).Runtime()
+	rt, err := catalog.FromConfig(cat).Runtime()
 	if err != nil {
 		return nil, fmt.Errorf("controlplane: %w", err)
 	}

@@ -14,11 +14,13 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -117,11 +119,30 @@ func TestBuildDefault(t *testing.T) {
 	}
 	checkSnapshot(t, snap, "7")
 
+	// One cluster (over EDS: the demo upstreams are on loopback IPs) per
+	// provider, and the aggregate clusters of the models' routes.
+	var providerClusters, clusters, wantRoutes []string
+	for _, p := range cfg.Providers {
+		providerClusters = append(providerClusters, catalog.ClusterName(p.Name))
+	}
+	rcn := RouteClusterNames(cfg)
+	clusters = append(clusters, providerClusters...)
+	for _, m := range cfg.Models {
+		clusters = append(clusters, rcn.Model[m.ID])
+		for _, mp := range m.Providers {
+			clusters = append(clusters, rcn.First[m.ID][mp.Provider])
+			wantRoutes = append(wantRoutes, ModelProviderRouteName(m.ID, mp.Provider))
+		}
+		wantRoutes = append(wantRoutes, ModelRouteName(m.ID))
+	}
+	wantRoutes = append(wantRoutes, NotFoundRouteName)
+	slices.Sort(providerClusters)
+	slices.Sort(clusters)
 	want := map[resourcev3.Type][]string{
 		resourcev3.ListenerType: {"public"},
 		resourcev3.RouteType:    {catalog.ListenerRouteConfig},
-		resourcev3.ClusterType:  {"provider_fake-openai"},
-		resourcev3.EndpointType: {"provider_fake-openai"},
+		resourcev3.ClusterType:  clusters,
+		resourcev3.EndpointType: providerClusters,
 		resourcev3.SecretType:   nil,
 		resourcev3.RuntimeType:  {catalog.RuntimeName},
 	}
@@ -216,7 +237,8 @@ func TestBuildDefault(t *testing.T) {
 		t.Errorf("processing_mode = %v, want %v", ep.GetProcessingMode(), wantMode)
 	}
 
-	// Routes: the model, then the catch-all.
+	// Routes: per model, one per provider and the default, then the
+	// catch-all.
 	rc := resource[*routev3.RouteConfiguration](t, snap, resourcev3.RouteType, catalog.ListenerRouteConfig)
 	if len(rc.GetVirtualHosts()) != 1 {
 		t.Fatalf("virtual hosts = %d", len(rc.GetVirtualHosts()))
@@ -229,10 +251,26 @@ func TestBuildDefault(t *testing.T) {
 	for _, r := range vh.GetRoutes() {
 		routeNames = append(routeNames, r.GetName())
 	}
-	if !slices.Equal(routeNames, []string{"model:demo/chat", NotFoundRouteName}) {
-		t.Fatalf("routes = %v", routeNames)
+	if !slices.Equal(routeNames, wantRoutes) {
+		t.Fatalf("routes = %v, want %v", routeNames, wantRoutes)
 	}
-	model := vh.GetRoutes()[0]
+	byName := func(name string) *routev3.Route {
+		i := slices.Index(routeNames, name)
+		if i < 0 {
+			t.Fatalf("no route %q", name)
+		}
+		return vh.GetRoutes()[i]
+	}
+	first := byName("model:demo/chat@fake-openai")
+	if hs := first.GetMatch().GetHeaders(); first.GetMatch().GetPrefix() != "/v1/" || len(hs) != 2 ||
+		hs[0].GetName() != catalog.RouteHeader || hs[0].GetStringMatch().GetExact() != "demo/chat" ||
+		hs[1].GetName() != catalog.FirstHeader || hs[1].GetStringMatch().GetExact() != "fake-openai" {
+		t.Errorf("first-choice route match = %v", first.GetMatch())
+	}
+	if got := first.GetRoute().GetCluster(); got != "route_demo_chat_fake-openai" {
+		t.Errorf("first-choice route cluster = %q", got)
+	}
+	model := byName("model:demo/chat")
 	if model.GetMatch().GetPrefix() != "/v1/" || len(model.GetMatch().GetHeaders()) != 1 {
 		t.Errorf("model match = %v", model.GetMatch())
 	}
@@ -241,8 +279,18 @@ func TestBuildDefault(t *testing.T) {
 		t.Errorf("model header match = %v", hm)
 	}
 	ra := model.GetRoute()
-	if ra.GetCluster() != "provider_fake-openai" {
+	if ra.GetCluster() != "route_demo_chat" {
 		t.Errorf("model cluster = %q", ra.GetCluster())
+	}
+	rp := ra.GetRetryPolicy()
+	if rp.GetRetryOn() != "connect-failure,reset,5xx,retriable-status-codes" || !slices.Equal(rp.GetRetriableStatusCodes(), []uint32{429}) ||
+		rp.GetNumRetries().GetValue() != 1 || rp.GetPerTryTimeout().AsDuration() != config.DefaultFirstByteTimeout ||
+		rp.GetHostSelectionRetryMaxAttempts() != 5 || len(rp.GetRetryHostPredicate()) != 1 ||
+		rp.GetRetryHostPredicate()[0].GetName() != RetryHostPredicate || rp.GetRetryPriority().GetName() != RetryPriority {
+		t.Errorf("retry policy = %v", rp)
+	}
+	if !proto.Equal(first.GetRoute().GetRetryPolicy(), rp) {
+		t.Errorf("first-choice retry policy %v differs from the default route's %v", first.GetRoute().GetRetryPolicy(), rp)
 	}
 	if ra.GetTimeout() == nil || ra.GetTimeout().AsDuration() != 0 {
 		t.Errorf("route timeout = %v, want explicit 0s", ra.GetTimeout())
@@ -261,7 +309,7 @@ func TestBuildDefault(t *testing.T) {
 		perRoute.GetRateLimits()[0].GetHitsAddend().GetFormat() != "%DYNAMIC_METADATA(switchyard:total_tokens)%" {
 		t.Errorf("model route rate limits = %v", perRoute)
 	}
-	nf := vh.GetRoutes()[1]
+	nf := byName(NotFoundRouteName)
 	if nf.GetMatch().GetPrefix() != "/" || nf.GetDirectResponse().GetStatus() != 404 {
 		t.Errorf("not_found route = %v", nf)
 	}
@@ -287,14 +335,38 @@ func TestBuildDefault(t *testing.T) {
 	if c.GetConnectTimeout().AsDuration() != 5*time.Second || c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN {
 		t.Errorf("connect_timeout %v lb %v", c.GetConnectTimeout(), c.GetLbPolicy())
 	}
-	md := c.GetMetadata().GetFilterMetadata()[catalog.MetadataNamespace].GetFields()
-	if md["provider"].GetStringValue() != "fake-openai" || md["kind"].GetStringValue() != "openai" || md["region"].GetStringValue() != "us" {
-		t.Errorf("cluster metadata = %v", md)
+	cmd := c.GetMetadata().GetFilterMetadata()[catalog.MetadataNamespace].GetFields()
+	if cmd["provider"].GetStringValue() != "fake-openai" || cmd["kind"].GetStringValue() != "openai" || cmd["region"].GetStringValue() != "us" {
+		t.Errorf("cluster metadata = %v", cmd)
 	}
 	cla := resource[*endpointv3.ClusterLoadAssignment](t, snap, resourcev3.EndpointType, "provider_fake-openai")
 	checkEndpoint(t, cla, "127.0.0.1", 8091, "us", PriorityHomeRegion)
 	if c.GetOutlierDetection() == nil || len(c.GetCircuitBreakers().GetThresholds()) != 1 {
 		t.Errorf("outlier_detection %v circuit_breakers %v", c.GetOutlierDetection(), c.GetCircuitBreakers())
+	}
+	if pt := c.GetCommonLbConfig().GetHealthyPanicThreshold(); pt == nil || pt.GetValue() != 0 {
+		t.Errorf("healthy_panic_threshold = %v, want 0", pt)
+	}
+	// The upstream filter chain: ext_proc for the attempt's provider, then
+	// the codec.
+	po := unpack[*upstreamhttpv3.HttpProtocolOptions](t, c.GetTypedExtensionProtocolOptions()[HTTPProtocolOptionsKey])
+	if fs := po.GetHttpFilters(); len(fs) != 2 || fs[0].GetName() != FilterExtProc || fs[1].GetName() != FilterUpstreamCodec {
+		t.Fatalf("upstream http filters = %v", fs)
+	}
+	uep := unpack[*extprocv3.ExternalProcessor](t, po.GetHttpFilters()[0].GetTypedConfig())
+	md := map[string]string{}
+	for _, hv := range uep.GetGrpcService().GetInitialMetadata() {
+		md[hv.GetKey()] = hv.GetValue()
+	}
+	if uep.GetGrpcService().GetEnvoyGrpc().GetClusterName() != catalog.ExtProcCluster || md[catalog.PhaseMetadata] != catalog.PhaseUpstream ||
+		md[catalog.ProviderMetadata] != "fake-openai" || uep.GetFailureModeAllow() || !uep.GetAllowModeOverride() ||
+		!proto.Equal(uep.GetProcessingMode(), UpstreamExtProcProcessingMode()) {
+		t.Errorf("upstream ext_proc = %v", uep)
+	}
+	agg := resource[*clusterv3.Cluster](t, snap, resourcev3.ClusterType, "route_demo_chat")
+	if agg.GetClusterType().GetName() != ClusterTypeAggregate || agg.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED ||
+		!slices.Equal(unpack[*aggregatev3.ClusterConfig](t, agg.GetClusterType().GetTypedConfig()).GetClusters(), []string{"provider_fake-openai"}) {
+		t.Errorf("aggregate cluster = %v", agg)
 	}
 
 	// RTDS: the catalog, decodable by extproc.
@@ -373,7 +445,8 @@ func TestBuildTLSAndHTTPS(t *testing.T) {
 
 	for typ, w := range map[resourcev3.Type][]string{
 		resourcev3.ListenerType: {"internal", "public"},
-		resourcev3.ClusterType:  {"provider_groq", "provider_local"},
+		resourcev3.ClusterType: {"provider_groq", "provider_local", "route_groq_llama", "route_groq_llama_groq",
+			"route_local_chat", "route_local_chat_groq", "route_local_chat_local"},
 		resourcev3.EndpointType: {"provider_local"},
 		resourcev3.SecretType:   {"listener_public"},
 	} {
@@ -451,7 +524,9 @@ func TestBuildTLSAndHTTPS(t *testing.T) {
 	checkEndpoint(t, resource[*endpointv3.ClusterLoadAssignment](t, snap, resourcev3.EndpointType, "provider_local"),
 		"10.0.0.7", 9000, "us", PriorityHomeRegion)
 
-	// Routes in model order, each to its first provider, then the catch-all.
+	// Routes in model order: per provider, then the model's default, then
+	// the catch-all. No path rewrite: the upstream ext_proc filter sets the
+	// provider's path on each attempt.
 	vh := resource[*routev3.RouteConfiguration](t, snap, resourcev3.RouteType, catalog.ListenerRouteConfig).GetVirtualHosts()[0]
 	type route struct{ name, cluster, rewrite string }
 	var got []route
@@ -459,37 +534,19 @@ func TestBuildTLSAndHTTPS(t *testing.T) {
 		got = append(got, route{r.GetName(), r.GetRoute().GetCluster(), r.GetRoute().GetPrefixRewrite()})
 	}
 	want := []route{
-		{"model:groq/llama", "provider_groq", "/openai/v1/"},
-		{"model:local/chat", "provider_local", ""},
+		{"model:groq/llama@groq", "route_groq_llama_groq", ""},
+		{"model:groq/llama", "route_groq_llama", ""},
+		{"model:local/chat@local", "route_local_chat_local", ""},
+		{"model:local/chat@groq", "route_local_chat_groq", ""},
+		{"model:local/chat", "route_local_chat", ""},
 		{NotFoundRouteName, "", ""},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("routes = %v, want %v", got, want)
 	}
-}
-
-func TestPrefixRewrite(t *testing.T) {
-	tests := []struct {
-		base, want string
-	}{
-		{"http://127.0.0.1:8091/v1", ""},
-		{"https://api.openai.com/v1/", ""},
-		{"https://api.groq.com/openai/v1", "/openai/v1/"},
-		{"https://example.com/api/v2/", "/api/v2/"},
-		{"https://example.com", "/"},
-		{"https://example.com/", "/"},
-		{"https://example.com/v1beta", "/v1beta/"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.base, func(t *testing.T) {
-			got, err := prefixRewrite(tt.base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != tt.want {
-				t.Errorf("prefixRewrite(%q) = %q, want %q", tt.base, got, tt.want)
-			}
-		})
+	// Two providers, so one retry.
+	if n := vh.GetRoutes()[4].GetRoute().GetRetryPolicy().GetNumRetries().GetValue(); n != 1 {
+		t.Errorf("local/chat num_retries = %d", n)
 	}
 }
 

@@ -1,17 +1,24 @@
 package controlplane
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -23,8 +30,10 @@ import (
 )
 
 // Every cluster the control plane serves (CDS) and its endpoints (EDS) are
-// generated here, in one place, so failover (priorities across providers,
-// aggregate clusters, upstream filters) can grow from it.
+// generated here: one cluster per provider (its endpoint, TLS, outlier
+// detection and the upstream ext_proc filter that adapts each attempt to the
+// provider), and the aggregate clusters that order a model's providers for
+// failover (docs/routing-design.md).
 
 // Circuit breaker thresholds of provider and backend clusters. Envoy's
 // defaults (1024 connections, pending and concurrent requests, 3 concurrent
@@ -42,12 +51,13 @@ const (
 
 // Outlier detection of provider clusters (docs/routing-design.md): a provider
 // that keeps failing is ejected for a while and probed back in. 429s are not
-// 5xx, so a provider that is only rate limiting stays in.
+// 5xx, so a provider that is only rate limiting stays in. These are the
+// defaults; the configuration's outlier_detection sets them.
 const (
-	OutlierConsecutive5xx     = 3
-	OutlierConsecutiveGateway = 3
-	OutlierInterval           = time.Second
-	OutlierBaseEjectionTime   = 10 * time.Second
+	OutlierConsecutive5xx     = config.DefaultConsecutiveFailures
+	OutlierConsecutiveGateway = config.DefaultConsecutiveFailures
+	OutlierInterval           = config.DefaultOutlierInterval
+	OutlierBaseEjectionTime   = config.DefaultBaseEjectionTime
 )
 
 // Priorities of a provider's endpoints: the gateway's home region first, so
@@ -58,7 +68,7 @@ const (
 )
 
 // buildClusters returns every CDS cluster and the EDS assignments of those
-// discovered over EDS.
+// discovered over EDS, for a gateway whose home region is cfg.Region.
 func buildClusters(cfg *config.Config) (clusters, endpoints []types.Resource, err error) {
 	add := func(c *clusterv3.Cluster, cla *endpointv3.ClusterLoadAssignment) {
 		clusters = append(clusters, c)
@@ -72,6 +82,13 @@ func buildClusters(cfg *config.Config) (clusters, endpoints []types.Resource, er
 			return nil, nil, err
 		}
 		add(c, cla)
+	}
+	aggregates, err := buildRouteClusters(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range aggregates {
+		add(c, nil)
 	}
 	if cfg.Backends != nil {
 		c, cla, err := buildBackendsCluster(cfg.Backends)
@@ -126,18 +143,36 @@ func buildProviderCluster(cfg *config.Config, p *config.Provider) (*clusterv3.Cl
 		}},
 	}}
 	c.CircuitBreakers = circuitBreakers()
+	od := cfg.OutlierDetection
+	// A configuration built in code rather than parsed has no defaults.
+	if od.ConsecutiveFailures <= 0 {
+		od.ConsecutiveFailures = OutlierConsecutive5xx
+	}
+	if od.Interval <= 0 {
+		od.Interval = OutlierInterval
+	}
+	if od.BaseEjectionTime <= 0 {
+		od.BaseEjectionTime = OutlierBaseEjectionTime
+	}
 	c.OutlierDetection = &clusterv3.OutlierDetection{
-		Consecutive_5Xx:                    wrapperspb.UInt32(OutlierConsecutive5xx),
-		ConsecutiveGatewayFailure:          wrapperspb.UInt32(OutlierConsecutiveGateway),
+		// A connection failure, reset or timeout is a gateway failure (503,
+		// 504) and a 5xx: both detectors count it.
+		Consecutive_5Xx:                    wrapperspb.UInt32(uint32(od.ConsecutiveFailures)),
+		ConsecutiveGatewayFailure:          wrapperspb.UInt32(uint32(od.ConsecutiveFailures)),
 		EnforcingConsecutiveGatewayFailure: wrapperspb.UInt32(100), // Envoy's default enforces 0 %
-		Interval:                           durationpb.New(OutlierInterval),
-		BaseEjectionTime:                   durationpb.New(OutlierBaseEjectionTime),
+		Interval:                           durationpb.New(od.Interval),
+		BaseEjectionTime:                   durationpb.New(od.BaseEjectionTime),
 		// A provider cluster has one endpoint: Envoy's 10 % would still eject
 		// it (at least one host may go), but say what is meant.
 		MaxEjectionPercent: wrapperspb.UInt32(100),
 	}
+	// Panic mode (Envoy's default threshold is 50 %) would keep sending an
+	// ejected provider traffic; failover needs it to get none.
+	c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}}
+	po := providerProtocolOptions(p)
+	po.HttpFilters = upstreamFilters(cfg, p)
 	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{
-		HTTPProtocolOptionsKey: mustAny(providerProtocolOptions(p)),
+		HTTPProtocolOptionsKey: mustAny(po),
 	}
 	if u.Scheme == "https" {
 		c.TransportSocket = &corev3.TransportSocket{
@@ -167,6 +202,150 @@ func providerProtocolOptions(p *config.Provider) *upstreamhttpv3.HttpProtocolOpt
 	}
 	return &upstreamhttpv3.HttpProtocolOptions{
 		UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: explicit},
+	}
+}
+
+// UpstreamExtProcProcessingMode is the mode of the upstream (per attempt)
+// ext_proc filter: headers are sent so extproc learns the attempt; the
+// request body is BUFFERED so it can translate the whole body for the
+// attempt's provider; the response body is off unless extproc switches it
+// on per response (mode_override: BUFFERED for JSON, STREAMED for SSE) for
+// the providers whose replies it translates, so OpenAI-format providers
+// cost nothing there.
+func UpstreamExtProcProcessingMode() *extprocv3.ProcessingMode {
+	return &extprocv3.ProcessingMode{
+		RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+		ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
+		RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
+		ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
+		RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+		ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+	}
+}
+
+// upstreamFilters is a provider cluster's upstream HTTP filter chain: the
+// upstream ext_proc filter, which Envoy runs once per attempt (a retry to
+// another provider runs the other provider's), then the codec filter
+// upstream chains must end with. The gRPC initial metadata tells extproc
+// the stream is an attempt's, and for which provider.
+func upstreamFilters(cfg *config.Config, p *config.Provider) []*hcmv3.HttpFilter {
+	ep := &extprocv3.ExternalProcessor{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{
+				ClusterName: catalog.ExtProcCluster,
+			}},
+			Timeout: durationpb.New(cfg.Limits.ExtProcMessageTimeout),
+			InitialMetadata: []*corev3.HeaderValue{
+				{Key: catalog.PhaseMetadata, Value: catalog.PhaseUpstream},
+				{Key: catalog.ProviderMetadata, Value: p.Name},
+			},
+		},
+		// Fail closed: the upstream phase adds the provider's credential and
+		// translates the body; unprocessed, the request would be wrong.
+		FailureModeAllow:  false,
+		ProcessingMode:    UpstreamExtProcProcessingMode(),
+		MessageTimeout:    durationpb.New(cfg.Limits.ExtProcMessageTimeout),
+		AllowModeOverride: true,
+		MetadataOptions: &extprocv3.MetadataOptions{
+			ReceivingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{
+				Untyped: []string{catalog.MetadataNamespace},
+			},
+		},
+	}
+	return []*hcmv3.HttpFilter{
+		{Name: FilterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(ep)}},
+		{Name: FilterUpstreamCodec, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&upstreamcodecv3.UpstreamCodec{})}},
+	}
+}
+
+// FailoverOrder is a model's providers in failover order for a gateway in
+// region home: the home region's providers first, then by priority (lower
+// first), then in the configuration's order; a provider listed twice counts
+// once. With first set, that provider leads.
+func FailoverOrder(cfg *config.Config, m config.Model, home, first string) []string {
+	type entry struct {
+		name     string
+		away     bool
+		priority int
+	}
+	var entries []entry
+	seen := map[string]bool{}
+	for _, mp := range m.Providers {
+		if seen[mp.Provider] {
+			continue
+		}
+		seen[mp.Provider] = true
+		e := entry{name: mp.Provider, priority: mp.Priority}
+		if p, ok := cfg.Provider(mp.Provider); ok {
+			e.away = p.Region != home
+		}
+		entries = append(entries, e)
+	}
+	slices.SortStableFunc(entries, func(a, b entry) int {
+		switch {
+		case a.name == first && b.name != first:
+			return -1
+		case b.name == first && a.name != first:
+			return 1
+		case a.away != b.away:
+			if a.away {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Compare(a.priority, b.priority)
+	})
+	out := make([]string, len(entries))
+	for i, e := range entries {
+		out[i] = catalog.ClusterName(e.name)
+	}
+	return out
+}
+
+// buildRouteClusters returns the aggregate clusters the model routes use:
+// route_<m> in failover order and route_<m>_<p> with p first. Envoy's
+// aggregate load balancer tries the members' priorities in order, skipping
+// those without healthy hosts, and previous_priorities moves each retry to
+// the next member.
+func buildRouteClusters(cfg *config.Config) ([]*clusterv3.Cluster, error) {
+	names := RouteClusterNames(cfg)
+	var out []*clusterv3.Cluster
+	for _, m := range cfg.Models {
+		for _, mp := range m.Providers {
+			if _, ok := cfg.Provider(mp.Provider); !ok {
+				return nil, fmt.Errorf("controlplane: model %q: unknown provider %q", m.ID, mp.Provider)
+			}
+		}
+		out = append(out, aggregateCluster(names.Model[m.ID], FailoverOrder(cfg, m, cfg.Region, "")))
+		done := map[string]bool{}
+		for _, mp := range m.Providers {
+			if done[mp.Provider] {
+				continue
+			}
+			done[mp.Provider] = true
+			out = append(out, aggregateCluster(names.First[m.ID][mp.Provider], FailoverOrder(cfg, m, cfg.Region, mp.Provider)))
+		}
+	}
+	return out, nil
+}
+
+func aggregateCluster(name string, members []string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name: name,
+		ClusterDiscoveryType: &clusterv3.Cluster_ClusterType{ClusterType: &clusterv3.Cluster_CustomClusterType{
+			Name:        ClusterTypeAggregate,
+			TypedConfig: mustAny(&aggregatev3.ClusterConfig{Clusters: members}),
+		}},
+		// Envoy refuses any other policy for an aggregate cluster: its load
+		// balancer is the cluster's own.
+		LbPolicy: clusterv3.Cluster_CLUSTER_PROVIDED,
+		// The aggregate's priorities are its members'; without panic mode,
+		// members whose hosts are all ejected get no traffic.
+		CommonLbConfig: &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
+		// Envoy checks the retry circuit breaker of the route's cluster, the
+		// aggregate: its default of 3 concurrent retries would turn
+		// failover off under load.
+		CircuitBreakers: circuitBreakers(),
 	}
 }
 

@@ -40,7 +40,10 @@ func TestBuildProduction(t *testing.T) {
 		names = append(names, r.GetName())
 	}
 	wantRoutes := []string{"backend:/v1/files", "backend:/v1/batches", "backend:/v1/responses", "backend:/v1/models",
-		"model:openai/gpt-4o-mini", "model:meta/llama-3.3-70b", "model:deepseek/deepseek-chat", "model:qwen/qwen2.5-72b", NotFoundRouteName}
+		"model:openai/gpt-4o-mini@openai", "model:openai/gpt-4o-mini",
+		"model:meta/llama-3.3-70b@groq", "model:meta/llama-3.3-70b",
+		"model:deepseek/deepseek-chat@deepseek", "model:deepseek/deepseek-chat",
+		"model:qwen/qwen2.5-72b@vllm-asia", "model:qwen/qwen2.5-72b", NotFoundRouteName}
 	if !slices.Equal(names, wantRoutes) {
 		t.Fatalf("routes = %v, want %v", names, wantRoutes)
 	}

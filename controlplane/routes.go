@@ -2,14 +2,14 @@ package controlplane
 
 import (
 	"fmt"
-	"net/url"
-	"strings"
+	"net/http"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	previousprioritiesv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -19,22 +19,6 @@ import (
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
 )
-
-// prefixRewrite returns the prefix_rewrite that maps ModelRoutePrefix onto a
-// provider's base URL path, or "" when the path already is /v1. OpenAI-style
-// base URLs end in the API version, so a request for /v1/chat/completions
-// goes to <base path>/chat/completions.
-func prefixRewrite(baseURL string) (string, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return "", fmt.Errorf("base_url: %w", err)
-	}
-	p := strings.TrimSuffix(u.EscapedPath(), "/")
-	if p+"/" == ModelRoutePrefix {
-		return "", nil
-	}
-	return p + "/", nil
-}
 
 // buildRoutes is the one route configuration every listener uses. First
 // match wins, so the order is: the backends' paths (they are never model
@@ -47,12 +31,13 @@ func buildRoutes(cfg *config.Config) (*routev3.RouteConfiguration, error) {
 			vh.Routes = append(vh.Routes, backendRoute(cfg, p))
 		}
 	}
+	names := RouteClusterNames(cfg)
 	for _, m := range cfg.Models {
-		r, err := modelRoute(cfg, m)
+		rs, err := modelRoutes(cfg, m, names)
 		if err != nil {
 			return nil, err
 		}
-		vh.Routes = append(vh.Routes, r)
+		vh.Routes = append(vh.Routes, rs...)
 	}
 	vh.Routes = append(vh.Routes, notFoundRoute())
 	return &routev3.RouteConfiguration{
@@ -96,44 +81,115 @@ func backendRoute(cfg *config.Config, path string) *routev3.Route {
 	}
 }
 
-func modelRoute(cfg *config.Config, m config.Model) (*routev3.Route, error) {
+// modelRoutes are a model's routes (docs/routing-design.md): one per
+// provider, matching the model and extproc's first choice, to the aggregate
+// cluster that tries that provider first; then the model's default route,
+// for a first choice this route table does not know (during a change, an
+// extproc ahead of the data plane), to the model's failover order. The
+// path is not rewritten: the upstream ext_proc filter of the provider
+// cluster the attempt goes to sets the provider's path, since an aggregate
+// cluster's members have different base URLs.
+func modelRoutes(cfg *config.Config, m config.Model, names RouteClusters) ([]*routev3.Route, error) {
 	if len(m.Providers) == 0 {
 		return nil, fmt.Errorf("controlplane: model %q has no provider", m.ID)
 	}
-	p, ok := cfg.Provider(m.Providers[0].Provider)
-	if !ok {
-		return nil, fmt.Errorf("controlplane: model %q: unknown provider %q", m.ID, m.Providers[0].Provider)
+	var out []*routev3.Route
+	seen := map[string]bool{}
+	for _, mp := range m.Providers {
+		if _, ok := cfg.Provider(mp.Provider); !ok {
+			return nil, fmt.Errorf("controlplane: model %q: unknown provider %q", m.ID, mp.Provider)
+		}
+		if seen[mp.Provider] {
+			continue
+		}
+		seen[mp.Provider] = true
+		out = append(out, modelRoute(cfg, m, ModelProviderRouteName(m.ID, mp.Provider), names.First[m.ID][mp.Provider],
+			exactHeader(catalog.RouteHeader, m.ID), exactHeader(catalog.FirstHeader, mp.Provider)))
 	}
-	rewrite, err := prefixRewrite(p.BaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("controlplane: provider %q: %w", p.Name, err)
+	out = append(out, modelRoute(cfg, m, ModelRouteName(m.ID), names.Model[m.ID], exactHeader(catalog.RouteHeader, m.ID)))
+	return out, nil
+}
+
+func exactHeader(name, value string) *routev3.HeaderMatcher {
+	return &routev3.HeaderMatcher{
+		Name:                 name,
+		HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exact(value)},
 	}
+}
+
+func modelRoute(cfg *config.Config, m config.Model, name, cluster string, headers ...*routev3.HeaderMatcher) *routev3.Route {
 	limits := &ratelimitv3.RateLimitPerRoute{RateLimits: []*routev3.RateLimit{TokenUsageRateLimit()}}
 	return &routev3.Route{
-		Name: ModelRouteName(m.ID),
+		Name: name,
 		Match: &routev3.RouteMatch{
 			PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ModelRoutePrefix},
-			Headers: []*routev3.HeaderMatcher{{
-				Name: catalog.RouteHeader,
-				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
-					MatchPattern: &matcherv3.StringMatcher_Exact{Exact: m.ID},
-				}},
-			}},
+			Headers:       headers,
 		},
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: catalog.ClusterName(p.Name)},
+			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
 			// The default 15 s covers the whole response, which a long
 			// completion or an SSE stream exceeds; 0 disables it and
 			// idle_timeout catches stalled upstreams instead.
 			Timeout:              durationpb.New(0),
 			IdleTimeout:          durationpb.New(cfg.Limits.StreamIdleTimeout),
 			HostRewriteSpecifier: &routev3.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)},
-			PrefixRewrite:        rewrite,
+			RetryPolicy:          RetryPolicy(m),
 		}},
 		// hits_addend and apply_on_stream_done work only in the ratelimit
 		// filter's per-route configuration, not in RouteAction.rate_limits.
 		TypedPerFilterConfig: map[string]*anypb.Any{FilterRateLimit: mustAny(limits)},
-	}, nil
+	}
+}
+
+// Retry policy settings of model routes (docs/routing-design.md).
+const (
+	// RetryOn retries failed connections, resets and 5xx, plus the
+	// retriable status codes (429: a rate-limited provider is not failing,
+	// so it is not a 5xx for outlier detection, but another provider may
+	// have room).
+	RetryOn = "connect-failure,reset,5xx,retriable-status-codes"
+	// RetryHostPredicate never retries on a host already tried.
+	RetryHostPredicate = "envoy.retry_host_predicates.previous_hosts"
+	// RetryPriority moves each retry to a priority not tried yet: with an
+	// aggregate cluster, whose priorities are its member clusters' in
+	// order, that is the next provider.
+	RetryPriority = "envoy.retry_priorities.previous_priorities"
+	// HostSelectionRetryMaxAttempts bounds how often host selection tries
+	// again when the predicate rejects a host.
+	HostSelectionRetryMaxAttempts = 5
+)
+
+// RetryPolicy is a model route's retry policy: every provider is tried once
+// (num_retries is providers - 1, at least 1), each attempt bounded by the
+// model's first_byte_timeout until the response headers arrive. Envoy never
+// retries once response headers went downstream.
+func RetryPolicy(m config.Model) *routev3.RetryPolicy {
+	providers := map[string]bool{}
+	for _, mp := range m.Providers {
+		providers[mp.Provider] = true
+	}
+	retries := max(len(providers)-1, 1)
+	p := &routev3.RetryPolicy{
+		RetryOn:              RetryOn,
+		RetriableStatusCodes: []uint32{http.StatusTooManyRequests},
+		NumRetries:           wrapperspb.UInt32(uint32(retries)),
+		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
+			Name:       RetryHostPredicate,
+			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{})},
+		}},
+		RetryPriority: &routev3.RetryPolicy_RetryPriority{
+			Name: RetryPriority,
+			ConfigType: &routev3.RetryPolicy_RetryPriority_TypedConfig{TypedConfig: mustAny(&previousprioritiesv3.PreviousPrioritiesConfig{
+				// Exclude each priority as soon as it has been tried once.
+				UpdateFrequency: 1,
+			})},
+		},
+		HostSelectionRetryMaxAttempts: HostSelectionRetryMaxAttempts,
+	}
+	if m.FirstByteTimeout > 0 {
+		p.PerTryTimeout = durationpb.New(m.FirstByteTimeout)
+	}
+	return p
 }
 
 // TokenUsageRateLimit charges a model request's tokens to the key's

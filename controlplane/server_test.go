@@ -17,6 +17,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -94,7 +95,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestServe(t *testing.T) {
 	logs := &syncBuffer{}
 	srv := New(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	cfg, err := config.Default()
+	cfg, err := config.Parse("v1.yaml", []byte(`
+listeners: [{name: public, address: 127.0.0.1:8080}]
+providers:
+  - {name: fake-openai, kind: openai, base_url: http://127.0.0.1:8091/v1}
+models:
+  - id: demo/chat
+    providers: [{provider: fake-openai, upstream_model: fake-chat-1}]
+`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +110,7 @@ func TestServe(t *testing.T) {
 	if v, err := srv.Update(ctx, cfg); err != nil || v != "1" {
 		t.Fatalf("Update = %q, %v; want 1", v, err)
 	}
-	if snap, err := srv.Cache().GetSnapshot(nodeKey); err != nil || snap.GetVersion(resourcev3.ListenerType) != "1" {
+	if snap, err := srv.Cache().GetSnapshot(defaultNodeKey); err != nil || snap.GetVersion(resourcev3.ListenerType) != "1" {
 		t.Fatalf("cache snapshot: %v", err)
 	}
 
@@ -189,7 +197,7 @@ func TestServe(t *testing.T) {
 	want := map[string][]string{
 		resourcev3.ListenerType: {"public"},
 		resourcev3.RouteType:    {catalog.ListenerRouteConfig},
-		resourcev3.ClusterType:  {"provider_fake-openai"},
+		resourcev3.ClusterType:  {"provider_fake-openai", "route_demo_chat", "route_demo_chat_fake-openai"},
 		resourcev3.EndpointType: {"provider_fake-openai"},
 		resourcev3.RuntimeType:  {catalog.RuntimeName},
 	}
@@ -205,7 +213,7 @@ func TestServe(t *testing.T) {
 	}
 
 	// Move demo/chat to a second provider: a new cluster, a new EDS
-	// assignment, and the route now points at it.
+	// assignment, and the model's aggregate cluster now holds it.
 	cfg2, err := config.Parse("v2.yaml", []byte(`
 listeners: [{name: public, address: 127.0.0.1:8080}]
 providers:
@@ -235,8 +243,14 @@ models:
 	}
 	_, routes := st.get(resourcev3.RouteType)
 	rc := routes[catalog.ListenerRouteConfig].(*routev3.RouteConfiguration)
-	if got := rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster(); got != "provider_fake-two" {
-		t.Errorf("demo/chat routes to %q after update, want provider_fake-two", got)
+	if got := rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster(); got != "route_demo_chat_fake-two" {
+		t.Errorf("demo/chat routes to %q after update, want route_demo_chat_fake-two", got)
+	}
+	_, clusters := st.get(resourcev3.ClusterType)
+	agg := &aggregatev3.ClusterConfig{}
+	if err := clusters["route_demo_chat"].(*clusterv3.Cluster).GetClusterType().GetTypedConfig().UnmarshalTo(agg); err != nil ||
+		!slices.Equal(agg.GetClusters(), []string{"provider_fake-two"}) {
+		t.Errorf("route_demo_chat after update = %v, %v", agg, err)
 	}
 	if l := logs.String(); !strings.Contains(l, "xds NACK") || !strings.Contains(l, "test rejects runtime 2 once") {
 		t.Errorf("NACK not logged at warn; logs:\n%s", l)

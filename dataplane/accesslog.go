@@ -18,7 +18,7 @@ import (
 var accessFields = map[string]bool{
 	"listener": true, "method": true, "path": true, "protocol": true, "status": true,
 	"duration_ms": true, "upstream_cluster": true, "request_id": true, "bytes_sent": true,
-	"response_detail": true, "response_flags": true,
+	"response_detail": true, "response_flags": true, "upstream_host": true, "attempts": true,
 }
 
 // logAccess writes the request's one access log line. It carries no header
@@ -42,6 +42,9 @@ func (s *requestState) logAccess() {
 		slog.String("request_id", s.requestID),
 		slog.Int64("bytes_sent", s.bytesSent),
 	)
+	if s.attempts > 0 {
+		attrs = append(attrs, slog.String("upstream_host", s.upstreamHost), slog.Int("attempts", s.attempts))
+	}
 	if s.detail != "" {
 		attrs = append(attrs, slog.String("response_detail", s.detail))
 	}

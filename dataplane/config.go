@@ -140,12 +140,15 @@ func (d *DataPlane) compile(res Resources) (*snapshot, error) {
 			fail(fmt.Errorf("cluster %q: duplicate name", c.GetName()))
 			continue
 		}
-		cc, err := compileCluster(c, assignments, secrets)
+		cc, err := d.compileCluster(c, assignments, secrets)
 		if err != nil {
 			fail(err)
 			continue
 		}
 		snap.clusters[c.GetName()] = cc
+	}
+	if err := resolveAggregates(snap.clusters, res.Clusters); err != nil {
+		fail(err)
 	}
 	for _, rc := range res.Routes {
 		if err := rc.ValidateAll(); err != nil {
@@ -202,25 +205,34 @@ func (d *DataPlane) compile(res Resources) (*snapshot, error) {
 }
 
 // ignoredFeatures lists settings Envoy acts on that this data plane accepts
-// but does not implement, so the difference shows up in the logs.
+// but does not implement, so the difference shows up in the logs. Retry
+// policies, outlier detection's consecutive-error detectors and the panic
+// threshold are implemented (failover.go); circuit breakers and active
+// health checks are not.
 func ignoredFeatures(res Resources) []string {
 	var out []string
 	for _, rc := range res.Routes {
 		for _, vh := range rc.GetVirtualHosts() {
-			if vh.GetRetryPolicy() != nil || len(vh.GetRateLimits()) > 0 {
-				out = append(out, fmt.Sprintf("route config %q virtual host %q: retry_policy/rate_limits", rc.GetName(), vh.GetName()))
+			if len(vh.GetRateLimits()) > 0 {
+				out = append(out, fmt.Sprintf("route config %q virtual host %q: rate_limits", rc.GetName(), vh.GetName()))
 			}
 			for _, r := range vh.GetRoutes() {
 				a := r.GetRoute()
-				if a.GetRetryPolicy() != nil || len(a.GetRateLimits()) > 0 || len(a.GetRequestMirrorPolicies()) > 0 || a.GetHedgePolicy() != nil {
-					out = append(out, fmt.Sprintf("route config %q route %q: retry_policy/rate_limits/request_mirror_policies/hedge_policy", rc.GetName(), r.GetName()))
+				if len(a.GetRateLimits()) > 0 || len(a.GetRequestMirrorPolicies()) > 0 || a.GetHedgePolicy() != nil {
+					out = append(out, fmt.Sprintf("route config %q route %q: rate_limits/request_mirror_policies/hedge_policy", rc.GetName(), r.GetName()))
 				}
 			}
 		}
 	}
 	for _, c := range res.Clusters {
-		if c.GetOutlierDetection() != nil || len(c.GetHealthChecks()) > 0 || c.GetCircuitBreakers() != nil {
-			out = append(out, fmt.Sprintf("cluster %q: outlier_detection/health_checks/circuit_breakers", c.GetName()))
+		if len(c.GetHealthChecks()) > 0 || c.GetCircuitBreakers() != nil {
+			out = append(out, fmt.Sprintf("cluster %q: health_checks/circuit_breakers", c.GetName()))
+		}
+		od := c.GetOutlierDetection()
+		// Success-rate detection needs success_rate_minimum_hosts (5) hosts
+		// and is not implemented; it cannot act on one-host provider clusters.
+		if od != nil && (od.GetEnforcingFailurePercentage().GetValue() > 0 || od.GetSplitExternalLocalOriginErrors()) {
+			out = append(out, fmt.Sprintf("cluster %q: outlier_detection failure percentage/split local origin errors", c.GetName()))
 		}
 	}
 	return out

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -33,6 +34,11 @@ type Options struct {
 	// OnRateLimitError, if not nil, is told about every ratelimit filter
 	// call that failed (ratelimit.go), for metrics.
 	OnRateLimitError func(error)
+	// Region is the data plane's home region, which it announces in its
+	// xDS node's locality (Node): the control plane serves each region the
+	// snapshot whose failover order starts in that region. Empty: no
+	// locality, and the control plane's configured region applies.
+	Region string
 }
 
 // Resources is one complete, consistent configuration.
@@ -53,6 +59,7 @@ type DataPlane struct {
 	mu         sync.Mutex // serialises Apply and Close
 	closed     bool
 	transports map[string]*transportEntry
+	hosts      map[string]*hostHealth // cluster name + "\x00" + address
 
 	lmu       sync.RWMutex // guards listeners, read by Addr
 	listeners map[string]*listenerRuntime
@@ -76,6 +83,7 @@ func New(opts Options) *DataPlane {
 		opts:       opts,
 		log:        log,
 		transports: map[string]*transportEntry{},
+		hosts:      map[string]*hostHealth{},
 		listeners:  map[string]*listenerRuntime{},
 		grpcConns:  map[string]*grpc.ClientConn{},
 	}
@@ -135,6 +143,7 @@ func (d *DataPlane) Apply(ctx context.Context, res Resources) error {
 	}
 
 	d.reconcileTransports(snap)
+	d.reconcileHosts(snap)
 	for name, lr := range next {
 		lr.setTLS(snap.listeners[name].tls)
 	}
@@ -152,11 +161,37 @@ func (d *DataPlane) Apply(ctx context.Context, res Resources) error {
 	return nil
 }
 
+// reconcileHosts gives every host outlier detection's state, keeping the
+// state of a host that the same cluster had before, so a configuration
+// change neither forgets an ejection nor lets an ejected provider back in.
+func (d *DataPlane) reconcileHosts(snap *snapshot) {
+	next := map[string]*hostHealth{}
+	for name, c := range snap.clusters {
+		for _, l := range c.levels {
+			for _, e := range l.all {
+				key := name + "\x00" + e.addr
+				h := next[key]
+				if h == nil {
+					if h = d.hosts[key]; h == nil {
+						h = &hostHealth{}
+					}
+					next[key] = h
+				}
+				e.health = h
+			}
+		}
+	}
+	d.hosts = next
+}
+
 // reconcileTransports gives each cluster a connection pool, keeping the
 // pool of a cluster whose connection settings did not change.
 func (d *DataPlane) reconcileTransports(snap *snapshot) {
 	next := make(map[string]*transportEntry, len(snap.clusters))
 	for name, c := range snap.clusters {
+		if c.aggregate != nil {
+			continue // it connects through its members
+		}
 		if e := d.transports[name]; e != nil && e.fingerprint == c.fingerprint {
 			c.transport = e.cluster.transport
 		} else {
@@ -171,6 +206,16 @@ func (d *DataPlane) reconcileTransports(snap *snapshot) {
 		}
 	}
 	d.transports = next
+}
+
+// Node returns the xDS node this data plane identifies itself with: id and
+// cluster as given, and Options.Region as its locality's region.
+func (d *DataPlane) Node(id, cluster string) *corev3.Node {
+	n := &corev3.Node{Id: id, Cluster: cluster}
+	if d.opts.Region != "" {
+		n.Locality = &corev3.Locality{Region: d.opts.Region}
+	}
+	return n
 }
 
 // Addr returns the bound address of a listener, nil if it is not listening.

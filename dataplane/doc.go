@@ -26,10 +26,26 @@
 // stream ends (ratelimit.go). Upstream certificates are checked against
 // trusted_ca and, when the cluster lists them, match_typed_subject_alt_names.
 //
+// The router implements what the control plane generates for failover
+// (attempt.go, failover.go): envoy.clusters.aggregate clusters, whose
+// priorities are their members' in order; route and virtual host retry
+// policies (retry_on connect-failure, reset, 5xx, gateway-error,
+// retriable-4xx, retriable-status-codes; num_retries; per_try_timeout until
+// the response headers; Envoy's jittered back-off; the previous_hosts
+// predicate and the previous_priorities retry priority), never retrying
+// once the response has started downstream; outlier detection's
+// consecutive 5xx and gateway-failure detectors with Envoy's ejection
+// times, kept across configuration updates; the healthy panic threshold;
+// and a cluster's upstream HTTP filters (HttpProtocolOptions.http_filters:
+// ext_proc, then upstream_codec), run once per attempt on the attempt's
+// copy of the request, with the response passing through them before the
+// router decides whether to retry.
+//
 // Configuration is applied atomically: each request keeps the configuration
 // it started with until it ends. Settings Envoy would honour but this data
 // plane does not implement are refused by Apply when ignoring them would
 // change what a request sees (unsupported filters, body modes, cluster
-// types), and logged when they only change resilience (retries, outlier
-// detection, health checks).
+// types, retry conditions), and logged when they only change resilience
+// (circuit breakers, active health checks, outlier detection's
+// failure-percentage detector).
 package dataplane

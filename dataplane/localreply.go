@@ -61,6 +61,7 @@ var responseFlags = map[string]string{
 	"upstream_connect_error":                 "UF",
 	"upstream_reset_before_response_started": "UC",
 	"upstream_request_timeout":               "UT",
+	"upstream_per_try_timeout":               "UT",
 	"stream_idle_timeout":                    "SI",
 }
 
@@ -334,6 +335,9 @@ func (f *bodyFormat) render(i replyInfo, body []byte) []byte {
 func (s *requestState) mapLocalReply(h headerMap, body []byte) (headerMap, []byte) {
 	if f := responseFlags[s.detail]; f != "" {
 		s.flags = []string{f}
+	}
+	if s.retriesExhausted && !slices.Contains(s.flags, "URX") {
+		s.flags = append(s.flags, "URX")
 	}
 	lr := s.lis.hcm.localReply
 	if lr == nil {

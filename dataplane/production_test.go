@@ -268,6 +268,11 @@ func TestReplayRoutesLikeEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	clearOnMutation := ep.GetRouteCacheAction() == extprocfilterv3.ExternalProcessor_CLEAR
+	// The aggregate clusters of the model routes: route_<m> is a model's
+	// failover order, route_<m>_<p> the same with extproc's first choice p
+	// first.
+	rcn := controlplane.RouteClusterNames(cfg)
+	openai, groq := rcn.First["openai/gpt-4o-mini"]["openai"], rcn.First["meta/llama-3.3-70b"]["groq"]
 
 	tests := []struct {
 		name, method, path string
@@ -276,10 +281,12 @@ func TestReplayRoutesLikeEnvoy(t *testing.T) {
 		want               string            // the final target
 		bodyToExtProc      bool              // whether extproc sees the request body
 	}{
-		{"chat to openai", "POST", "/v1/chat/completions", nil, "openai/gpt-4o-mini", "provider_openai", true},
-		{"chat to groq", "POST", "/v1/chat/completions", nil, "meta/llama-3.3-70b", "provider_groq", true},
-		{"chat to deepseek (asia)", "POST", "/v1/chat/completions", nil, "deepseek/deepseek-chat", "provider_deepseek", true},
-		{"chat to vllm by IP", "POST", "/v1/chat/completions", nil, "qwen/qwen2.5-72b", "provider_vllm-asia", true},
+		{"chat to openai", "POST", "/v1/chat/completions", nil, "openai/gpt-4o-mini", openai, true},
+		{"chat to groq", "POST", "/v1/chat/completions", nil, "meta/llama-3.3-70b", groq, true},
+		{"chat to deepseek (asia)", "POST", "/v1/chat/completions", nil, "deepseek/deepseek-chat", rcn.First["deepseek/deepseek-chat"]["deepseek"], true},
+		{"chat to vllm by IP", "POST", "/v1/chat/completions", nil, "qwen/qwen2.5-72b", rcn.First["qwen/qwen2.5-72b"]["vllm-asia"], true},
+		{"chat, a first choice this route table does not know yet", "POST", "/v1/chat/completions", nil, "openai/gpt-4o-mini",
+			rcn.Model["openai/gpt-4o-mini"], true},
 		{"chat, unknown model: extproc answers, catch-all stays", "POST", "/v1/chat/completions", nil, "", "direct:not_found", true},
 		{"file upload", "POST", "/v1/files", nil, "", controlplane.BackendsCluster, false},
 		{"file content", "GET", "/v1/files/file-abc/content", nil, "", controlplane.BackendsCluster, false},
@@ -298,18 +305,32 @@ func TestReplayRoutesLikeEnvoy(t *testing.T) {
 		{"forged routing header, upper case", "POST", "/v1/embeddings",
 			map[string]string{"X-Switchyard-Model": "qwen/qwen2.5-72b"}, "", "direct:not_found", true},
 		{"forged routing header on chat: the body decides", "POST", "/v1/chat/completions",
-			map[string]string{catalog.RouteHeader: "qwen/qwen2.5-72b"}, "openai/gpt-4o-mini", "provider_openai", true},
+			map[string]string{catalog.RouteHeader: "qwen/qwen2.5-72b"}, "openai/gpt-4o-mini", openai, true},
 		{"forged routing header on files: backends first", "POST", "/v1/files",
 			map[string]string{catalog.RouteHeader: "openai/gpt-4o-mini"}, "", controlplane.BackendsCluster, false},
-		{"forged internal header of another name", "POST", "/v1/chat/completions",
-			map[string]string{"x-switchyard-first": "groq"}, "meta/llama-3.3-70b", "provider_groq", true},
+		{"forged first choice", "POST", "/v1/chat/completions",
+			map[string]string{catalog.FirstHeader: "deepseek"}, "meta/llama-3.3-70b", groq, true},
+		{"forged first choice with a forged model", "POST", "/v1/embeddings",
+			map[string]string{catalog.FirstHeader: "openai", catalog.RouteHeader: "openai/gpt-4o-mini"}, "", "direct:not_found", true},
+	}
+	// extproc's first choice, set with the routing header in the body reply
+	// (none: the model's default route).
+	firstChoice := map[string]string{
+		"chat to openai":          "openai",
+		"chat to groq":            "groq",
+		"chat to deepseek (asia)": "deepseek",
+		"chat to vllm by IP":      "vllm-asia",
+		"chat, a first choice this route table does not know yet": "provider-added-later",
+		"forged routing header on chat: the body decides":         "openai",
+		"forged first choice": "groq",
 	}
 	// Before extproc runs, a forged routing header does select a model route;
 	// only the re-match after extproc strips it keeps the request away.
 	forgedInitial := map[string]string{
-		"forged routing header on embeddings":             "provider_openai",
-		"forged routing header, upper case":               "provider_vllm-asia",
-		"forged routing header on chat: the body decides": "provider_vllm-asia",
+		"forged routing header on embeddings":             rcn.Model["openai/gpt-4o-mini"],
+		"forged routing header, upper case":               rcn.Model["qwen/qwen2.5-72b"],
+		"forged routing header on chat: the body decides": rcn.Model["qwen/qwen2.5-72b"],
+		"forged first choice with a forged model":         openai,
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -356,6 +377,10 @@ func TestReplayRoutesLikeEnvoy(t *testing.T) {
 			if tt.path == "/v1/chat/completions" && tt.model != "" && tt.bodyToExtProc {
 				h.set(catalog.RouteHeader, tt.model)
 				ref[catalog.RouteHeader] = tt.model
+				if first := firstChoice[tt.name]; first != "" {
+					h.set(catalog.FirstHeader, first)
+					ref[catalog.FirstHeader] = first
+				}
 				final = step("after the request-body reply")
 			}
 			if got := final.target(); got != tt.want {

@@ -46,6 +46,7 @@ type virtualHost struct {
 	headers   headerOps
 	perFilter map[string]*perFilterConfig
 	bodyLimit int64
+	retry     *retryPolicy // routes without their own use this one
 }
 
 // perFilterConfig is one typed_per_filter_config entry, decoded when it is an
@@ -100,6 +101,9 @@ type route struct {
 	hdrOps    headerOps
 	perFilter map[string]*perFilterConfig
 	bodyLimit int64
+	// retry is the route's retry policy, else its virtual host's; nil: no
+	// retries.
+	retry *retryPolicy
 }
 
 type weightedCluster struct {

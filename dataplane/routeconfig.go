@@ -144,6 +144,9 @@ func compileVirtualHost(v *routev3.VirtualHost) (*virtualHost, error) {
 	if vh.perFilter, err = compilePerFilter(v.GetTypedPerFilterConfig()); err != nil {
 		return nil, fmt.Errorf("virtual host %q: %w", v.GetName(), err)
 	}
+	if vh.retry, err = compileRetryPolicy(v.GetRetryPolicy()); err != nil {
+		return nil, fmt.Errorf("virtual host %q: %w", v.GetName(), err)
+	}
 	for i, r := range v.GetRoutes() {
 		cr, err := compileRoute(r)
 		if err != nil {
@@ -154,6 +157,10 @@ func compileVirtualHost(v *routev3.VirtualHost) (*virtualHost, error) {
 			return nil, fmt.Errorf("virtual host %q: route %s: %w", v.GetName(), name, err)
 		}
 		cr.vh = vh
+		if cr.retry == nil && !cr.direct {
+			// A route's own policy replaces the virtual host's entirely.
+			cr.retry = vh.retry
+		}
 		vh.routes = append(vh.routes, cr)
 	}
 	return vh, nil
@@ -316,6 +323,10 @@ func compileRouteAction(cr *route, a *routev3.RouteAction) error {
 	}
 	if a.GetIdleTimeout() != nil {
 		cr.idleTimeout, cr.hasIdle = a.GetIdleTimeout().AsDuration(), true
+	}
+	var err error
+	if cr.retry, err = compileRetryPolicy(a.GetRetryPolicy()); err != nil {
+		return err
 	}
 	if len(a.GetUpgradeConfigs()) > 0 || a.GetInternalRedirectPolicy() != nil {
 		return errors.New("upgrade_configs and internal redirects are not supported")

@@ -67,12 +67,17 @@ type requestState struct {
 	asyncFail func()
 
 	// Outcome, for the access log.
-	status      int
-	bytesSent   int64
-	cluster     string
-	detail      string
-	flags       []string // Envoy's response flags of a local reply
-	wroteHeader bool
+	status    int
+	bytesSent int64
+	cluster   string
+	// The router's attempts: how many, the host of the last one, and
+	// whether the last failed retriably with no retry left (Envoy's URX).
+	attempts         int
+	upstreamHost     string
+	retriesExhausted bool
+	detail           string
+	flags            []string // Envoy's response flags of a local reply
+	wroteHeader      bool
 }
 
 // serveHTTP is every listener's handler.

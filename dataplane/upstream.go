@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -9,10 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -56,11 +53,26 @@ type cluster struct {
 	random         bool
 	fingerprint    string
 	transport      *http.Transport
+	// panic is a healthy_panic_threshold above 0: with no healthy host,
+	// balance over all of them rather than fail.
+	panic   bool
+	outlier *outlierConfig // nil: no outlier detection
+	// upstreamExtProc is the ext_proc filter of the upstream HTTP filter
+	// chain (HttpProtocolOptions.http_filters), run once per attempt.
+	upstreamExtProc *extProcFilter
+	// aggregate lists the members of an envoy.clusters.aggregate cluster,
+	// in order; members are the compiled ones. Aggregates have no
+	// endpoints and no transport of their own.
+	aggregate []string
+	members   []*cluster
 }
 
 type endpoint struct {
 	addr     string // host:port to dial
 	hostname string // for auto_host_rewrite; empty: no rewrite
+	// health is outlier detection's state, shared by every configuration
+	// in which the cluster has this host; nil until Apply attaches it.
+	health *hostHealth
 }
 
 // priorityLevel holds the endpoints of one priority. sched is a weighted
@@ -73,25 +85,11 @@ type priorityLevel struct {
 	next     atomic.Uint64
 }
 
-// pick chooses an endpoint: round robin within the lowest priority that has
-// healthy endpoints. When no endpoint is healthy anywhere, Envoy's panic mode
-// balances over all of them, and so does this.
+// pick chooses an endpoint for a request without retry state: round robin
+// within the lowest priority that has healthy endpoints (see choose).
 func (c *cluster) pick() *endpoint {
-	for _, l := range c.levels {
-		if len(l.healthy) > 0 {
-			i := l.next.Add(1) - 1
-			if c.random {
-				i = rand.Uint64()
-			}
-			return l.healthy[l.sched[i%uint64(len(l.sched))]]
-		}
-	}
-	for _, l := range c.levels {
-		if len(l.all) > 0 {
-			return l.all[(l.next.Add(1)-1)%uint64(len(l.all))]
-		}
-	}
-	return nil
+	_, ep, _ := c.choose(nil, time.Now())
+	return ep
 }
 
 // connectError marks a failure to establish the upstream connection (TCP or
@@ -101,20 +99,31 @@ type connectError struct{ err error }
 func (e *connectError) Error() string { return "upstream connect error: " + e.err.Error() }
 func (e *connectError) Unwrap() error { return e.err }
 
-func compileCluster(c *clusterv3.Cluster, assignments map[string]*endpointv3.ClusterLoadAssignment, secrets map[string]*tlsv3.Secret) (*cluster, error) {
+func (d *DataPlane) compileCluster(c *clusterv3.Cluster, assignments map[string]*endpointv3.ClusterLoadAssignment, secrets map[string]*tlsv3.Secret) (*cluster, error) {
 	from := fmt.Sprintf("cluster %q", c.GetName())
 	out := &cluster{
 		name:           c.GetName(),
 		connectTimeout: defaultConnectTimeout,
 		idleTimeout:    defaultUpstreamIdle,
+		panic:          true,
+	}
+	if t := c.GetCommonLbConfig().GetHealthyPanicThreshold(); t != nil {
+		// Envoy truncates the percentage; any threshold above 0 allows
+		// panic mode, which is entered here only with no healthy host.
+		out.panic = t.GetValue() >= 1
 	}
 	if c.GetConnectTimeout() != nil {
 		out.connectTimeout = c.GetConnectTimeout().AsDuration()
 	}
 	var cla *endpointv3.ClusterLoadAssignment
 	if c.GetClusterType() != nil {
-		return nil, fmt.Errorf("%s: custom cluster types are not supported", from)
+		if err := compileAggregate(c, out, from); err != nil {
+			return nil, err
+		}
+		out.fingerprint = "aggregate"
+		return out, nil
 	}
+	out.outlier = compileOutlier(c.GetOutlierDetection())
 	switch c.GetType() {
 	case clusterv3.Cluster_EDS:
 		name := c.GetEdsClusterConfig().GetServiceName()
@@ -189,6 +198,9 @@ func compileCluster(c *clusterv3.Cluster, assignments map[string]*endpointv3.Clu
 		}
 		if d := po.GetCommonHttpProtocolOptions().GetIdleTimeout(); d != nil {
 			out.idleTimeout = d.AsDuration()
+		}
+		if err := d.compileUpstreamFilters(po, out, from); err != nil {
+			return nil, err
 		}
 	}
 	if d := c.GetCommonHttpProtocolOptions().GetIdleTimeout(); d != nil {
@@ -369,108 +381,6 @@ type upstreamBody struct {
 	buf      []byte    // the whole body, when buffered or replaced
 	r        io.Reader // the streaming body otherwise
 	buffered bool
-}
-
-// forward sends the request to the route's cluster and returns the upstream
-// response, or the local reply Envoy's router would send instead.
-func (s *requestState) forward(rt *route, body upstreamBody) *response {
-	name, ok := rt.pickCluster(s.headers)
-	c := s.cfg.clusters[name]
-	if !ok || c == nil {
-		return s.localResponse(apierror.Server(rt.notFoundCode, "cluster_not_found", "The route's upstream cluster does not exist."), "cluster_not_found")
-	}
-	s.cluster = name
-	ep := c.pick()
-	if ep == nil {
-		return s.localResponse(apierror.Server(http.StatusServiceUnavailable, "no_healthy_upstream", "No upstream is available."), "no_healthy_upstream")
-	}
-
-	h := s.headers.clone()
-	// Most specific first, so the least specific level wins an overwrite,
-	// as Envoy does by default.
-	for _, ops := range []headerOps{rt.hdrOps, rt.vh.headers, s.table.headers} {
-		for _, k := range ops.reqRemove {
-			h.del(k)
-		}
-		applyHeaderOptions(&h, ops.reqAdd)
-	}
-	h.del("expect") // Envoy answers 100-continue itself and does not forward it
-	host := h.value(hdrAuthority)
-	switch {
-	case rt.hostLiteral != "":
-		host = rt.hostLiteral
-	case rt.hostHeader != "" && h.value(rt.hostHeader) != "":
-		host = h.value(rt.hostHeader)
-	case rt.autoHost && ep.hostname != "":
-		host = ep.hostname
-	}
-	u, err := url.ParseRequestURI(rt.rewritePath(h.value(hdrPath)))
-	if err != nil {
-		return s.localResponse(apierror.InvalidParam("", "The request path is invalid."), "invalid_path")
-	}
-	u.Scheme, u.Host = "http", ep.addr
-	if c.tls != nil {
-		u.Scheme = "https"
-	}
-
-	ctx, cancel := context.WithCancel(s.upCtx)
-	s.cleanups = append(s.cleanups, cancel)
-	if rt.timeout > 0 {
-		t := time.AfterFunc(rt.timeout, func() { s.abort("upstream_request_timeout", cancel) })
-		s.cleanups = append(s.cleanups, func() { t.Stop() })
-	}
-	idle := s.lis.hcm.streamIdleTimeout
-	if rt.hasIdle {
-		idle = rt.idleTimeout
-	}
-	s.idle = newIdleTimer(idle, func() { s.abort("stream_idle_timeout", cancel) })
-	s.cleanups = append(s.cleanups, s.idle.stop)
-
-	hdr := h.httpHeader()
-	if _, ok := hdr["User-Agent"]; !ok {
-		hdr["User-Agent"] = []string{""} // Go would otherwise add its own
-	}
-	req := &http.Request{
-		Method:     h.value(hdrMethod),
-		URL:        u,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     hdr,
-		Host:       host,
-	}
-	switch {
-	case body.buffered:
-		buf := body.buf
-		req.ContentLength = int64(len(buf))
-		if len(buf) > 0 {
-			req.Body = io.NopCloser(&activityReader{r: bytes.NewReader(buf), idle: s.idle})
-			// GetBody lets the transport replay the body on a connection that
-			// died before it was written.
-			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-		}
-	case body.r != nil:
-		req.ContentLength = -1
-		if cl, err := strconv.ParseInt(h.value("content-length"), 10, 64); err == nil {
-			req.ContentLength = cl
-		}
-		req.Body = io.NopCloser(&activityReader{r: body.r, idle: s.idle})
-	}
-	req = req.WithContext(ctx)
-
-	resp, err := c.transport.RoundTrip(req)
-	if err != nil {
-		return s.upstreamFailure(err)
-	}
-	rh := headerMap{{hdrStatus, strconv.Itoa(resp.StatusCode)}}
-	rh.appendHTTPHeader(resp.Header)
-	rh.stripHopByHop()
-	s.finalizeResponseHeaders(&rh, rt)
-	out := &response{headers: rh, closer: func() { _ = resp.Body.Close() }, trailer: func() http.Header { return resp.Trailer }}
-	if resp.Body != http.NoBody && resp.ContentLength != 0 {
-		out.body = &activityReader{r: resp.Body, idle: s.idle}
-	}
-	return out
 }
 
 // finalizeResponseHeaders applies the route's response_headers_to_add and

@@ -75,9 +75,14 @@ func conformanceCases() []conformanceCase {
 		{name: "unknown model", method: "POST", path: "/chat/completions",
 			body: `{"model":"nobody/nothing","messages":[{"role":"user","content":"x"}]}`, status: 404, code: "model_not_found"},
 		{name: "unknown path", method: "GET", path: "/nope", status: 404, code: "unknown_url"},
-		{name: "no backends configured", method: "GET", path: "/models", status: 404, code: "unknown_url"},
-		{name: "forged routing header", method: "POST", path: "/embeddings", body: `{"model":"demo/chat","input":"x"}`,
-			headers: map[string]string{catalog.RouteHeader: "demo/chat"}, status: 404, code: "unknown_url"},
+		{name: "models answered by extproc", method: "GET", path: "/models", status: 200,
+			check: func(t *testing.T, _ *http.Response, body []byte) {
+				if !bytes.HasPrefix(body, []byte(`{"object":"list","data":[{"id":"demo/chat",`)) {
+					t.Errorf("not the model list: %.200s", body)
+				}
+			}},
+		{name: "forged routing header", method: "POST", path: "/completions", body: `{"model":"demo/chat","prompt":"x"}`,
+			headers: map[string]string{catalog.RouteHeader: "demo/chat", catalog.FirstHeader: "fake-openai"}, status: 404, code: "unknown_url"},
 		{name: "body over the buffer limit", method: "POST", path: "/chat/completions",
 			body:   `{"model":"demo/chat","messages":[{"role":"user","content":"` + strings.Repeat("x", conformanceMaxBody) + `"}]}`,
 			status: 413, code: "request_too_large"},

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -15,9 +16,13 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	ratelimitconfv3 "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	previousprioritiesv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/priority/previous_priorities/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -123,7 +128,12 @@ type Options struct {
 //     listener names and addresses are unique; json_format holds only
 //     strings, numbers, lists and structs; a LOGICAL_DNS cluster has one
 //     endpoint; per-route filter configs name a filter of the connection
-//     manager that uses the route.
+//     manager that uses the route; aggregate clusters use CLUSTER_PROVIDED
+//     and name existing, non-aggregate clusters other than themselves;
+//     upstream HTTP filter chains end with the upstream codec; retry
+//     policies name known retry_on conditions, list retriable_status_codes
+//     only with "retriable-status-codes", and give their host predicates
+//     and retry priority the configs of the extensions they name.
 //
 // The error joins one error per problem, each naming the resource and field.
 func Validate(c *Config, opts ...Options) error {
@@ -377,6 +387,8 @@ func (k *checker) visit(res, path string, m proto.Message) {
 		if v.GetTransportApiVersion() != corev3.ApiVersion_V3 {
 			k.fail(res, join(path, "transport_api_version"), "must be V3 (Envoy rejects %s)", v.GetTransportApiVersion())
 		}
+	case *routev3.RetryPolicy:
+		k.checkRetryPolicy(res, path, v)
 	case *routev3.RouteAction:
 		switch cs := v.GetClusterSpecifier().(type) {
 		case *routev3.RouteAction_Cluster:
@@ -575,14 +587,137 @@ func (k *checker) checkPerFilterConfigs() {
 	}
 }
 
-// checkCluster: Envoy's LOGICAL_DNS clusters take exactly one endpoint.
+// checkCluster: Envoy's LOGICAL_DNS clusters take exactly one endpoint;
+// aggregate clusters and upstream HTTP filter chains are checked on their
+// own.
 func (k *checker) checkCluster(label string, cl *clusterv3.Cluster) {
-	if cl.GetType() != clusterv3.Cluster_LOGICAL_DNS || cl.GetClusterType() != nil {
+	k.checkUpstreamFilters(label, cl)
+	if ct := cl.GetClusterType(); ct != nil {
+		k.checkAggregate(label, cl, ct)
+		return
+	}
+	if cl.GetType() != clusterv3.Cluster_LOGICAL_DNS {
 		return
 	}
 	eps := cl.GetLoadAssignment().GetEndpoints()
 	if len(eps) != 1 || len(eps[0].GetLbEndpoints()) != 1 {
 		k.fail(label, "load_assignment", "a LOGICAL_DNS cluster must have exactly one locality with exactly one endpoint")
+	}
+}
+
+// checkAggregate: an envoy.clusters.aggregate cluster holds a ClusterConfig,
+// has lb_policy CLUSTER_PROVIDED (Envoy refuses any other), no endpoints of
+// its own, and members that exist, are not itself and are not aggregates
+// (whose priorities Envoy's aggregate load balancer cannot flatten).
+func (k *checker) checkAggregate(label string, cl *clusterv3.Cluster, ct *clusterv3.Cluster_CustomClusterType) {
+	agg := &aggregatev3.ClusterConfig{}
+	if !ct.GetTypedConfig().MessageIs(agg) {
+		if ct.GetName() == controlplane.ClusterTypeAggregate {
+			k.fail(label, "cluster_type.typed_config", "%s needs an %s, not %s", ct.GetName(),
+				agg.ProtoReflect().Descriptor().FullName(), ct.GetTypedConfig().GetTypeUrl())
+		}
+		return
+	}
+	if ct.GetName() != controlplane.ClusterTypeAggregate {
+		k.fail(label, "cluster_type.name", "an aggregate ClusterConfig needs the cluster type %q, not %q", controlplane.ClusterTypeAggregate, ct.GetName())
+	}
+	if err := ct.GetTypedConfig().UnmarshalTo(agg); err != nil {
+		return // reported by PGV validation
+	}
+	if cl.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
+		k.fail(label, "lb_policy", "an aggregate cluster must use CLUSTER_PROVIDED, not %s", cl.GetLbPolicy())
+	}
+	if cl.GetLoadAssignment() != nil || cl.GetEdsClusterConfig() != nil {
+		k.fail(label, "load_assignment", "an aggregate cluster has no endpoints of its own")
+	}
+	seen := map[string]bool{}
+	for i, name := range agg.GetClusters() {
+		field := fmt.Sprintf("cluster_type.typed_config.clusters[%d]", i)
+		member, ok := k.clusters[name]
+		switch {
+		case name == cl.GetName():
+			k.fail(label, field, "an aggregate cluster cannot include itself")
+		case seen[name]:
+			k.fail(label, field, "cluster %q is listed twice", name)
+		case !ok:
+			k.fail(label, field, "cluster %q does not exist (not a static cluster, not in CDS)", name)
+		case member.GetClusterType().GetName() == controlplane.ClusterTypeAggregate:
+			k.fail(label, field, "cluster %q is an aggregate cluster: aggregates cannot be nested", name)
+		}
+		seen[name] = true
+	}
+}
+
+// checkUpstreamFilters: a cluster's upstream HTTP filter chain
+// (HttpProtocolOptions.http_filters) must end with the upstream codec, and
+// have it nowhere else. The filters' own settings (an upstream ext_proc's
+// gRPC cluster, HTTP/2 on it, its namespaces) are checked where walk finds
+// them.
+func (k *checker) checkUpstreamFilters(label string, cl *clusterv3.Cluster) {
+	a, ok := cl.GetTypedExtensionProtocolOptions()[controlplane.HTTPProtocolOptionsKey]
+	if !ok {
+		return
+	}
+	po := &upstreamhttpv3.HttpProtocolOptions{}
+	if err := a.UnmarshalTo(po); err != nil {
+		return // reported by PGV validation
+	}
+	filters := po.GetHttpFilters()
+	for i, f := range filters {
+		field := fmt.Sprintf("typed_extension_protocol_options[%q].http_filters[%d]", controlplane.HTTPProtocolOptionsKey, i)
+		isCodec := f.GetTypedConfig().MessageIs(&upstreamcodecv3.UpstreamCodec{})
+		last := i == len(filters)-1
+		switch {
+		case isCodec && !last:
+			k.fail(label, field, "the upstream codec %q must be the last upstream http filter, not %d of %d", f.GetName(), i+1, len(filters))
+		case !isCodec && last:
+			k.fail(label, field, "the last upstream http filter is %q (%s), not %s", f.GetName(), f.GetTypedConfig().GetTypeUrl(), controlplane.FilterUpstreamCodec)
+		}
+		if f.GetTypedConfig().MessageIs(&routerv3.Router{}) {
+			k.fail(label, field, "the router is a downstream filter; upstream chains end with %s", controlplane.FilterUpstreamCodec)
+		}
+	}
+}
+
+// retryOn are the retry_on conditions Envoy knows; it refuses a policy
+// naming any other.
+var retryOn = []string{"5xx", "gateway-error", "reset", "reset-before-request", "connect-failure", "envoy-ratelimited",
+	"retriable-4xx", "refused-stream", "retriable-status-codes", "retriable-headers", "http3-post-connect-failure",
+	"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
+
+// checkRetryPolicy: every retry_on condition is one Envoy knows;
+// retriable_status_codes only act with "retriable-status-codes" (Envoy
+// ignores them otherwise); host predicates and the retry priority hold the
+// configs of the extensions they name.
+func (k *checker) checkRetryPolicy(res, path string, p *routev3.RetryPolicy) {
+	conds := map[string]bool{}
+	for _, c := range strings.Split(p.GetRetryOn(), ",") {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		if !slices.Contains(retryOn, c) {
+			k.fail(res, join(path, "retry_on"), "unknown retry condition %q (Envoy refuses the policy)", c)
+		}
+		conds[c] = true
+	}
+	if len(p.GetRetriableStatusCodes()) > 0 && !conds["retriable-status-codes"] {
+		k.fail(res, join(path, "retriable_status_codes"), "%v would be ignored: retry_on lacks \"retriable-status-codes\"", p.GetRetriableStatusCodes())
+	}
+	named := map[string]proto.Message{
+		"envoy.retry_host_predicates.previous_hosts":  &previoushostsv3.PreviousHostsPredicate{},
+		"envoy.retry_priorities.previous_priorities": &previousprioritiesv3.PreviousPrioritiesConfig{},
+	}
+	check := func(field, name string, a *anypb.Any) {
+		if want, ok := named[name]; ok && !a.MessageIs(want) {
+			k.fail(res, join(path, field), "%q needs a %s, not %s", name, want.ProtoReflect().Descriptor().FullName(), a.GetTypeUrl())
+		}
+	}
+	for i, hp := range p.GetRetryHostPredicate() {
+		check(fmt.Sprintf("retry_host_predicate[%d].typed_config", i), hp.GetName(), hp.GetTypedConfig())
+	}
+	if pr := p.GetRetryPriority(); pr != nil {
+		check("retry_priority.typed_config", pr.GetName(), pr.GetTypedConfig())
 	}
 }
 

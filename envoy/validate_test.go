@@ -10,10 +10,13 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -202,6 +205,69 @@ func TestValidateRejects(t *testing.T) {
 				h.HttpFilters[1].ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(rl)}
 			})
 		}, []string{`listener "public"`, "rate_limit_service.transport_api_version", "must be V3"}},
+		{"aggregate member missing", func(t *testing.T, c *Config) {
+			mutateAggregate(t, c.cluster(t, "route_openai_gpt-4o-mini"), func(a *aggregatev3.ClusterConfig) { a.Clusters = append(a.Clusters, "provider_nope") })
+		}, []string{`cluster "route_openai_gpt-4o-mini"`, "cluster_type.typed_config.clusters[1]", `cluster "provider_nope" does not exist`}},
+		{"aggregate including itself", func(t *testing.T, c *Config) {
+			mutateAggregate(t, c.cluster(t, "route_openai_gpt-4o-mini"), func(a *aggregatev3.ClusterConfig) {
+				a.Clusters = append(a.Clusters, "route_openai_gpt-4o-mini")
+			})
+		}, []string{`cluster "route_openai_gpt-4o-mini"`, "clusters[1]", "cannot include itself"}},
+		{"aggregate nesting an aggregate", func(t *testing.T, c *Config) {
+			mutateAggregate(t, c.cluster(t, "route_openai_gpt-4o-mini"), func(a *aggregatev3.ClusterConfig) {
+				a.Clusters = append(a.Clusters, "route_meta_llama-3_3-70b")
+			})
+		}, []string{`cluster "route_openai_gpt-4o-mini"`, "clusters[1]", "aggregates cannot be nested"}},
+		{"aggregate listing a member twice", func(t *testing.T, c *Config) {
+			mutateAggregate(t, c.cluster(t, "route_openai_gpt-4o-mini"), func(a *aggregatev3.ClusterConfig) { a.Clusters = append(a.Clusters, a.Clusters[0]) })
+		}, []string{`cluster "route_openai_gpt-4o-mini"`, "clusters[1]", "listed twice"}},
+		{"aggregate with a load balancing policy", func(t *testing.T, c *Config) {
+			c.cluster(t, "route_openai_gpt-4o-mini").LbPolicy = clusterv3.Cluster_ROUND_ROBIN
+		}, []string{`cluster "route_openai_gpt-4o-mini"`, "lb_policy", "must use CLUSTER_PROVIDED"}},
+		{"aggregate under another cluster type name", func(t *testing.T, c *Config) {
+			c.cluster(t, "route_openai_gpt-4o-mini").GetClusterType().Name = "envoy.clusters.dynamic_forward_proxy"
+		}, []string{`cluster "route_openai_gpt-4o-mini"`, "cluster_type.name", `"envoy.clusters.aggregate"`}},
+		{"upstream codec not last", func(t *testing.T, c *Config) {
+			mutateUpstream(t, c.cluster(t, "provider_openai"), func(po *upstreamhttpv3.HttpProtocolOptions) {
+				po.HttpFilters[0], po.HttpFilters[1] = po.HttpFilters[1], po.HttpFilters[0]
+			})
+		}, []string{`cluster "provider_openai"`, `http_filters[0]`, "must be the last upstream http filter", `http_filters[1]`, "not envoy.filters.http.upstream_codec"}},
+		{"upstream chain without the codec", func(t *testing.T, c *Config) {
+			mutateUpstream(t, c.cluster(t, "provider_openai"), func(po *upstreamhttpv3.HttpProtocolOptions) { po.HttpFilters = po.HttpFilters[:1] })
+		}, []string{`cluster "provider_openai"`, `http_filters[0]`, `"envoy.filters.http.ext_proc"`, "not envoy.filters.http.upstream_codec"}},
+		{"upstream ext_proc cluster missing", func(t *testing.T, c *Config) {
+			mutateUpstream(t, c.cluster(t, "provider_openai"), func(po *upstreamhttpv3.HttpProtocolOptions) {
+				ep := &extprocv3.ExternalProcessor{}
+				if err := po.HttpFilters[0].GetTypedConfig().UnmarshalTo(ep); err != nil {
+					t.Fatal(err)
+				}
+				ep.GrpcService.GetEnvoyGrpc().ClusterName = "switchyard_nope"
+				po.HttpFilters[0].ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(ep)}
+			})
+		}, []string{`cluster "provider_openai"`, "http_filters[0].typed_config.grpc_service.envoy_grpc.cluster_name", `gRPC cluster "switchyard_nope" does not exist`}},
+		{"upstream ext_proc cluster without HTTP/2", func(t *testing.T, c *Config) {
+			c.cluster(t, catalog.ExtProcCluster).TypedExtensionProtocolOptions = nil
+		}, []string{`cluster "provider_openai"`, "http_filters[0].typed_config.grpc_service.envoy_grpc.cluster_name", "does not enable HTTP/2"}},
+		{"upstream ext_proc without the receiving namespace", func(t *testing.T, c *Config) {
+			mutateUpstream(t, c.cluster(t, "provider_groq"), func(po *upstreamhttpv3.HttpProtocolOptions) {
+				ep := &extprocv3.ExternalProcessor{}
+				if err := po.HttpFilters[0].GetTypedConfig().UnmarshalTo(ep); err != nil {
+					t.Fatal(err)
+				}
+				ep.MetadataOptions = nil
+				po.HttpFilters[0].ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(ep)}
+			})
+		}, []string{`cluster "provider_groq"`, "http_filters[0].typed_config.metadata_options.receiving_namespaces.untyped", `lacks "switchyard"`}},
+		{"retry on an unknown condition", func(t *testing.T, c *Config) {
+			modelRoute(t, c).GetRoute().GetRetryPolicy().RetryOn = "5xx,sometimes"
+		}, []string{`route config "switchyard_routes"`, "routes[4].route.retry_policy.retry_on", `unknown retry condition "sometimes"`}},
+		{"retriable status codes without the condition", func(t *testing.T, c *Config) {
+			modelRoute(t, c).GetRoute().GetRetryPolicy().RetryOn = "5xx"
+		}, []string{"routes[4].route.retry_policy.retriable_status_codes", "would be ignored"}},
+		{"retry priority with the wrong config", func(t *testing.T, c *Config) {
+			modelRoute(t, c).GetRoute().GetRetryPolicy().GetRetryPriority().ConfigType = &routev3.RetryPolicy_RetryPriority_TypedConfig{
+				TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{})}
+		}, []string{"routes[4].route.retry_policy.retry_priority.typed_config", "PreviousPrioritiesConfig"}},
 		{"ADS transport not V3", func(t *testing.T, c *Config) {
 			c.Bootstrap.DynamicResources.AdsConfig.TransportApiVersion = corev3.ApiVersion_AUTO
 		}, []string{"bootstrap", "dynamic_resources.ads_config.transport_api_version", "must be V3"}},
@@ -225,6 +291,39 @@ func TestValidateRejects(t *testing.T) {
 	if err := Validate(base); err != nil {
 		t.Fatalf("base changed by a test case: %v", err)
 	}
+}
+
+// modelRoute is the base configuration's first model route.
+func modelRoute(t *testing.T, c *Config) *routev3.Route {
+	t.Helper()
+	r := c.Routes[0].VirtualHosts[0].Routes[len(controlplane.BackendPaths)]
+	if r.GetRoute().GetRetryPolicy() == nil {
+		t.Fatalf("route %q has no retry policy", r.GetName())
+	}
+	return r
+}
+
+// mutateAggregate rewrites an aggregate cluster's member list in place.
+func mutateAggregate(t *testing.T, cl *clusterv3.Cluster, f func(*aggregatev3.ClusterConfig)) {
+	t.Helper()
+	a := &aggregatev3.ClusterConfig{}
+	if err := cl.GetClusterType().GetTypedConfig().UnmarshalTo(a); err != nil {
+		t.Fatal(err)
+	}
+	f(a)
+	cl.GetClusterType().TypedConfig = mustAny(a)
+}
+
+// mutateUpstream rewrites a cluster's upstream HTTP protocol options (its
+// upstream filter chain) in place.
+func mutateUpstream(t *testing.T, cl *clusterv3.Cluster, f func(*upstreamhttpv3.HttpProtocolOptions)) {
+	t.Helper()
+	po := &upstreamhttpv3.HttpProtocolOptions{}
+	if err := cl.GetTypedExtensionProtocolOptions()[controlplane.HTTPProtocolOptionsKey].UnmarshalTo(po); err != nil {
+		t.Fatal(err)
+	}
+	f(po)
+	cl.TypedExtensionProtocolOptions[controlplane.HTTPProtocolOptionsKey] = mustAny(po)
 }
 
 // TestValidateOptions: the namespaces an external processor writes are a

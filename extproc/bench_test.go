@@ -56,7 +56,7 @@ func BenchmarkRequestBody(b *testing.B) {
 		body := benchBody(b, sz.size)
 		b.Run(sz.name, func(b *testing.B) {
 			st := newStream(srv)
-			st.chat, st.key = true, testKeys()[goodKey]
+			st.op, st.key = opChat, testKeys()[goodKey]
 			msg := &extprocv3.HttpBody{Body: body, EndOfStream: true}
 			if r := st.requestBody(ctx, msg); r.GetRequestBody() == nil {
 				b.Fatalf("rejected: %v", r)

@@ -31,6 +31,7 @@ const (
 	unknownKey   = "sk-sy-UNKNOWNunknownUNKNOWNunknownUNKNOWNunkn123"
 	storeErrKey  = "sk-sy-STOREERRORstoreerrorSTOREERRORstoreerr123"
 	panicKey     = "sk-sy-PANICpanicPANICpanicPANICpanicPANICpanic12"
+	narrowKey    = "sk-sy-NARROWnarrowNARROWnarrowNARROWnarrowNAR123"
 	providerKey  = "sk-provider-SECRET-4f1d2c3b"
 	providerEnv  = "TEST_OPENAI_API_KEY"
 	secretPrompt = "the secret prompt content"
@@ -58,6 +59,8 @@ func testKeys() fakeKeys {
 		// A store that returns a revoked key instead of ErrNotFound must
 		// still be refused.
 		tombKey: {ID: "key_dead", Tier: "free", RevokedAt: time.Unix(1, 0)},
+		// A key with a model allow-list.
+		narrowKey: {ID: "key_narrow", Tier: "standard", Models: []string{"acme/embed", "acme/fast"}},
 	}
 }
 

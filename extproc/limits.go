@@ -69,15 +69,16 @@ type limitState struct {
 }
 
 // admit charges the request to its key's requests-per-minute limit and
-// checks that the key's remaining tokens cover an estimate of the prompt,
-// in one ShouldRateLimit call with the two descriptors of the shared scheme
+// checks that the key's remaining tokens cover the request's prompt
+// estimate (estimateFn, called only when there is a limiter:
+// estimatePromptTokens or the embeddings' estimate), in one ShouldRateLimit call with the two descriptors of the shared scheme
 // (docs/ratelimit-design.md): requests with hits_addend 1, tokens with
 // hits_addend 0 (check only). The tokens themselves are charged when the
 // response ends, by the data plane's ratelimit filter, from the
 // total_tokens this server publishes. It returns the reply that refuses
 // the request, or nil to go on; either way the headers for the client are
 // kept for the response.
-func (st *stream) admit(ctx context.Context, body []byte, req *chatRequest) *extprocv3.ProcessingResponse {
+func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3.ProcessingResponse {
 	l := &st.srv.limits
 	if l.rls == nil {
 		return nil
@@ -91,7 +92,7 @@ func (st *stream) admit(ctx context.Context, body []byte, req *chatRequest) *ext
 		st.srv.log.Warn("extproc: key has no rate limits", "request_id", st.requestID, "key_id", st.key.ID, "tier", st.key.Tier)
 		return immediate(errNoLimits)
 	}
-	estimate := estimatePromptTokens(body, req)
+	estimate := estimateFn()
 	id := st.key.LimitID()
 	rreq := &rlsv3.RateLimitRequest{
 		Domain: ratelimit.Domain,

@@ -20,8 +20,11 @@ import (
 	"github.com/switchyard-ai/switchyard/keys"
 )
 
+// Paths extproc serves.
 const (
-	chatPath = "/v1/chat/completions"
+	chatPath       = "/v1/chat/completions"
+	embeddingsPath = "/v1/embeddings"
+	modelsPath     = "/v1/models"
 
 	// lookupTimeout bounds a key lookup well inside Envoy's 10 s
 	// message_timeout, so a stuck key store gives clients a retryable 503
@@ -76,7 +79,14 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 	})
 
 	p, _, _ := strings.Cut(path, "?")
-	if p != chatPath {
+	switch {
+	case p == chatPath:
+		st.op = opChat
+	case p == embeddingsPath:
+		st.op = opEmbeddings
+	case p == modelsPath || strings.HasPrefix(p, modelsPath+"/"):
+		return st.models(method, p)
+	default:
 		// Not ours (yet): pass it on with only the header clean-up, and
 		// skip the remaining phases rather than buffer bodies we would
 		// not read. The route table answers unknown paths.
@@ -88,13 +98,15 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 		return resp
 	}
 	if method != http.MethodPost {
+		op := st.op
+		st.op = opNone
 		return immediate(&apierror.Error{Status: http.StatusMethodNotAllowed,
-			Message: fmt.Sprintf("Invalid method for URL (%s %s).", clip(method), chatPath)}, "allow", http.MethodPost)
+			Message: fmt.Sprintf("Invalid method for URL (%s %s).", clip(method), op.path())}, "allow", http.MethodPost)
 	}
 	if h.GetEndOfStream() {
+		st.op = opNone
 		return immediate(apierror.InvalidJSON()) // no body at all
 	}
-	st.chat = true
 	// Providers must answer uncompressed, or usage cannot be read from the
 	// response (the OpenAI SDKs send accept-encoding: gzip).
 	remove = append(remove, "accept-encoding")
@@ -152,14 +164,24 @@ func maskKey(k string) string {
 	return k[:show] + "****"
 }
 
-// requestBody validates a chat completion request, chooses its provider and
-// rewrites it for that provider.
+// requestBody validates the request, chooses the provider of its first
+// attempt and routes it.
 func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
-	if !st.chat {
-		// Only reached if the data plane ignored the mode override.
-		return requestBodyReply(nil)
+	switch st.op {
+	case opChat:
+		return st.chatBody(ctx, b.GetBody())
+	case opEmbeddings:
+		return st.embeddingsBody(ctx, b.GetBody())
 	}
-	req, e := parseChat(b.GetBody())
+	// Only reached if the data plane ignored the mode override.
+	return requestBodyReply(nil)
+}
+
+// chatBody handles a chat completion request. The body goes on in OpenAI's
+// format with the client's model id: the upstream phase (upstream.go)
+// rewrites it for whichever provider each attempt reaches.
+func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
+	req, e := parseChat(body)
 	if e != nil {
 		return immediate(e)
 	}
@@ -168,47 +190,71 @@ func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extpr
 	if !ok || !st.key.AllowsModel(mr.id) {
 		return immediate(apierror.ModelNotFound(clip(req.model)))
 	}
-	if resp := st.admit(ctx, b.GetBody(), &req); resp != nil {
+	if !mr.chat {
+		return immediate(unsupportedModel(mr.id, opChat))
+	}
+	if resp := st.admit(ctx, func() int64 { return estimatePromptTokens(body, &req) }); resp != nil {
 		return resp
 	}
-	t := st.srv.pick(mr, &st.key)
-	body, err := rewriteBody(b.GetBody(), &req, t)
+	t := choose(mr, opChat, time.Now())
+	if t == nil {
+		return immediate(unsupportedModel(mr.id, opChat))
+	}
+	out, err := addIncludeUsage(body, &req)
 	if err != nil {
 		st.srv.log.Error("extproc: rewriting request body", "request_id", st.requestID, "error", err)
 		return immediate(errInternalBody)
 	}
-	st.routed, st.model, st.provider = true, mr.id, t.provider
 	// The gateway asked for the usage chunk on the client's behalf; it is
 	// cut out of the response again.
 	st.sse.drop = req.stream && !req.includeUsage
+	return st.route(mr, t, out)
+}
 
-	hm := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-		setHeader(catalog.RouteHeader, mr.id),
-		// Envoy rejects a replaced body whose content-length disagrees.
-		setHeader("content-length", strconv.Itoa(len(body))),
-	}}
-	if t.authorization != "" {
-		hm.SetHeaders = append(hm.SetHeaders, setHeader("authorization", t.authorization))
-	} else {
-		hm.RemoveHeaders = []string{"authorization"}
-	}
-	resp := requestBodyReply(&extprocv3.CommonResponse{
+// route records the routing decision and answers the request body message:
+// the route headers with clear_route_cache, so the data plane re-matches
+// the route onto the model's clusters, and the body if it changed (out is
+// nil when it did not).
+func (st *stream) route(mr *modelRoute, t *target, out []byte) *extprocv3.ProcessingResponse {
+	st.routed, st.model, st.provider = true, mr.id, t.provider.name
+	hm := &extprocv3.HeaderMutation{SetHeaders: make([]*corev3.HeaderValueOption, 2, 3)}
+	hm.SetHeaders[0] = setHeader(catalog.RouteHeader, mr.id)
+	hm.SetHeaders[1] = setHeader(catalog.FirstHeader, t.provider.name)
+	cr := &extprocv3.CommonResponse{
 		HeaderMutation: hm,
-		BodyMutation:   bodyMutation(body),
-		// Re-match the route on the header just set; Envoy ignores this
+		// Re-match the route on the headers just set; Envoy ignores this
 		// unless the same reply carries a header mutation, as this one does.
 		ClearRouteCache: true,
-	})
+	}
+	if out != nil {
+		// Envoy rejects a replaced body whose content-length disagrees.
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("content-length", strconv.Itoa(len(out))))
+		cr.BodyMutation = bodyMutation(out)
+	}
+	resp := requestBodyReply(cr)
 	fields := map[string]*structpb.Value{
 		"key_id":   structpb.NewStringValue(st.key.LimitID()),
 		"tier":     structpb.NewStringValue(st.key.Tier),
 		"model":    structpb.NewStringValue(mr.id),
-		"provider": structpb.NewStringValue(t.provider),
+		"provider": structpb.NewStringValue(t.provider.name),
 	}
 	st.limitMetadata(fields)
 	resp.DynamicMetadata = metadata(fields)
-	st.srv.log.Debug("extproc: routed", "request_id", st.requestID, "key_id", st.key.ID, "model", mr.id, "provider", t.provider)
+	st.srv.log.Debug("extproc: routed", "request_id", st.requestID, "key_id", st.key.ID, "model", mr.id,
+		"first_provider", t.provider.name)
 	return resp
+}
+
+// unsupportedModel is the error for a model that exists but does not serve
+// the endpoint, worded as OpenAI words it for a chat request to a model
+// that is not a chat model.
+func unsupportedModel(model string, op operation) *apierror.Error {
+	what := "a chat model and thus not supported in the v1/chat/completions endpoint"
+	if op == opEmbeddings {
+		what = "an embeddings model and thus not supported in the v1/embeddings endpoint"
+	}
+	return &apierror.Error{Status: http.StatusNotFound, Code: "model_not_supported", Param: "model",
+		Message: fmt.Sprintf("The model `%s` is not %s.", clip(model), what)}
 }
 
 var (
@@ -216,51 +262,55 @@ var (
 	includeUsageObject = []byte(`{"include_usage":true}`)
 )
 
-// rewriteBody returns the body with model set to the provider's name and,
-// for a stream whose client did not ask for usage, include_usage set.
+// addIncludeUsage returns the body with stream_options.include_usage set
+// for a stream whose client did not ask for usage, or nil when the body
+// needs no change.
 //
-// Validation already found where each member lies, so the edits are spliced
-// into a single new body: one copy, however large the prompt. sjson edits
-// the small stream_options object; running sjson.SetBytes on the whole body
-// would copy all of it once per edit and rescan it to find each key.
-func rewriteBody(body []byte, r *chatRequest, t *target) ([]byte, error) {
-	type edit struct {
-		start, end int
-		repl       []byte
+// Validation already found where stream_options lies, so the edit is
+// spliced into a single new body: one copy, however large the prompt. sjson
+// edits only the small stream_options object; running sjson.SetBytes on the
+// whole body would copy all of it and rescan it to find the key.
+func addIncludeUsage(body []byte, r *chatRequest) ([]byte, error) {
+	if !r.stream || r.includeUsage {
+		return nil, nil
 	}
-	m := r.fields[fModel]
-	edits := [2]edit{{m.start, m.end, t.modelJSON}}
-	n := 1
-	if r.stream && !r.includeUsage {
-		so := r.fields[fStreamOptions]
-		switch {
-		case !so.present():
-			edits[1] = edit{r.end, r.end, includeUsageMember}
-		case body[so.start] == 'n': // null
-			edits[1] = edit{so.start, so.end, includeUsageObject}
-		default:
-			// Cap the capacity so sjson can never write into the body.
-			obj, err := sjson.SetBytes(body[so.start:so.end:so.end], "include_usage", true)
-			if err != nil {
-				return nil, fmt.Errorf("setting stream_options.include_usage: %w", err)
-			}
-			edits[1] = edit{so.start, so.end, obj}
+	var start, end int
+	var repl []byte
+	switch so := r.fields[fStreamOptions]; {
+	case !so.present():
+		start, end, repl = r.end, r.end, includeUsageMember
+	case body[so.start] == 'n': // null
+		start, end, repl = so.start, so.end, includeUsageObject
+	default:
+		// Cap the capacity so sjson can never write into the body.
+		obj, err := sjson.SetBytes(body[so.start:so.end:so.end], "include_usage", true)
+		if err != nil {
+			return nil, fmt.Errorf("setting stream_options.include_usage: %w", err)
 		}
-		n = 2
-		if edits[1].start < edits[0].start {
-			edits[0], edits[1] = edits[1], edits[0]
-		}
+		start, end, repl = so.start, so.end, obj
 	}
+	return splice(body, []edit{{start, end, repl}}), nil
+}
+
+// edit replaces body[start:end] with repl.
+type edit struct {
+	start, end int
+	repl       []byte
+}
+
+// splice applies edits, in order of position and not overlapping, to body
+// in one new buffer.
+func splice(body []byte, edits []edit) []byte {
 	size := len(body)
-	for _, e := range edits[:n] {
+	for _, e := range edits {
 		size += len(e.repl) - (e.end - e.start)
 	}
 	out := make([]byte, 0, size)
 	prev := 0
-	for _, e := range edits[:n] {
+	for _, e := range edits {
 		out = append(out, body[prev:e.start]...)
 		out = append(out, e.repl...)
 		prev = e.end
 	}
-	return append(out, body[prev:]...), nil
+	return append(out, body[prev:]...)
 }

@@ -347,7 +347,7 @@ func TestCatalog(t *testing.T) {
 		if err := s.SetCatalog(testCatalog()); err == nil {
 			t.Fatal("credential with a newline accepted")
 		}
-		if got := s.routes.Load().models["openai/gpt-4o"].targets[0].authorization; got != "Bearer "+providerKey {
+		if got := s.routes.Load().models["openai/gpt-4o"].targets[0].provider.authorization; got != "Bearer "+providerKey {
 			t.Errorf("authorization = %q", got)
 		}
 	})

@@ -1,52 +1,127 @@
 package extproc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
+	"time"
 
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/providers/anthropic"
+	"github.com/switchyard-ai/switchyard/providers/gemini"
 )
 
 // routeTable is the routing state derived from one catalog. It is immutable
 // once built, so requests read it without locks and a new catalog replaces
-// it whole.
+// it whole. Only the providers' health (health.go) changes underneath it,
+// and that is shared across catalogs by provider name.
 type routeTable struct {
-	models map[string]*modelRoute
+	region    string
+	models    map[string]*modelRoute
+	order     []*modelRoute // catalog order, for GET /v1/models
+	providers map[string]*provider
 }
 
-// modelRoute is one client-visible model and the providers that serve it, in
-// catalog order.
+// providerKind is a provider's wire format.
+type providerKind uint8
+
+const (
+	kindOpenAI    providerKind = iota // OpenAI-compatible: passthrough with model rewrite
+	kindAnthropic                     // Anthropic Messages API: translated
+	kindGemini                        // Google Gemini API: translated
+)
+
+func parseKind(s string) (providerKind, bool) {
+	switch s {
+	case "openai":
+		return kindOpenAI, true
+	case "anthropic":
+		return kindAnthropic, true
+	case "gemini":
+		return kindGemini, true
+	}
+	return 0, false
+}
+
+func (k providerKind) String() string {
+	switch k {
+	case kindAnthropic:
+		return "anthropic"
+	case kindGemini:
+		return "gemini"
+	}
+	return "openai"
+}
+
+// serves reports whether providers of this kind can serve op.
+func (k providerKind) serves(op operation) bool {
+	return op != opEmbeddings || k != kindAnthropic // Anthropic has no embeddings API
+}
+
+// provider is one upstream endpoint as the upstream phase needs it.
+type provider struct {
+	name   string
+	kind   providerKind
+	region string
+	// basePath is the base URL's path without a trailing slash; vendor
+	// paths go under it.
+	basePath string
+	// credential is the provider's secret ("" when it takes none).
+	credential string
+	// authorization is "Bearer <credential>" for OpenAI-kind providers.
+	authorization string
+	health        *providerHealth
+}
+
+// modelRoute is one client-visible model and the providers that serve it.
 type modelRoute struct {
-	id      string
-	targets []target
+	id string
+	// targets are in failover order: the home region's providers before
+	// the other region's, each by priority, then file order. Policies
+	// choose the first attempt among them (policy.go).
+	targets          []target
+	policy           routingPolicy
+	firstByteTimeout time.Duration
+	dropUnsupported  bool
+	tokenizer        string
+	dimensions       bool
+	contextWindow    int
+	chat, embeddings bool
+	// listing is the model's object in GET /v1/models, rendered once.
+	listing []byte
 }
 
 // target is everything the request path needs to send a request to one
 // provider, computed once per catalog rather than per request.
 type target struct {
-	provider      string
+	provider      *provider
 	upstreamModel string
 	// modelJSON is upstreamModel as a JSON string, spliced into bodies.
 	modelJSON []byte
-	// authorization is the authorization header value for the provider, or
-	// "" when the provider takes no credential.
-	authorization string
+	weight    int
+	home      bool // in the gateway's home region
+	// Upstream paths (including the base path) for each operation.
+	chatPath, streamPath, embedPath string
 }
 
-// policy chooses the provider for a request. Policies (weights, failover,
-// latency, the key's region or tier) plug in here; the route always has at
-// least one target.
-type policy func(r *modelRoute, k *keys.Key) *target
-
-// firstTarget is the default policy: the model's first provider.
-func firstTarget(r *modelRoute, _ *keys.Key) *target { return &r.targets[0] }
+// target returns the model's target on the named provider.
+func (m *modelRoute) target(provider string) *target {
+	for i := range m.targets {
+		if m.targets[i].provider.name == provider {
+			return &m.targets[i]
+		}
+	}
+	return nil
+}
 
 // SetCatalog atomically replaces the routing state. It fails, keeping the
 // previous state, if the catalog is inconsistent or a provider's api_key_env
@@ -57,64 +132,172 @@ func (s *Server) SetCatalog(c *catalog.Catalog) error {
 		return errors.New("extproc: nil catalog")
 	}
 	var errs []error
-	auth := make(map[string]string, len(c.Providers))
+	now := time.Now()
+	rt := &routeTable{
+		region:    c.Region,
+		models:    make(map[string]*modelRoute, len(c.Models)),
+		providers: make(map[string]*provider, len(c.Providers)),
+	}
 	for _, p := range c.Providers {
-		if _, dup := auth[p.Name]; dup {
+		if _, dup := rt.providers[p.Name]; dup {
 			errs = append(errs, fmt.Errorf("provider %q: duplicate", p.Name))
 			continue
 		}
-		auth[p.Name] = ""
-		if p.APIKeyEnv == "" {
+		pr, err := s.newProvider(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("provider %q: %w", p.Name, err))
 			continue
 		}
-		cred := strings.TrimSpace(s.getenv(p.APIKeyEnv))
-		switch {
-		case cred == "":
-			errs = append(errs, fmt.Errorf("provider %q: environment variable %s is empty or unset", p.Name, p.APIKeyEnv))
-		case !validHeaderValue(cred):
-			// Envoy rejects the whole mutation for an invalid header value;
-			// fail here, naming the variable, rather than on every request.
-			errs = append(errs, fmt.Errorf("provider %q: environment variable %s holds characters not allowed in a header", p.Name, p.APIKeyEnv))
-		default:
-			auth[p.Name] = "Bearer " + cred
-		}
+		rt.providers[p.Name] = pr
 	}
-	rt := &routeTable{models: make(map[string]*modelRoute, len(c.Models))}
-	for _, m := range c.Models {
+	for i := range c.Models {
+		m := &c.Models[i]
 		if _, dup := rt.models[m.ID]; dup {
 			errs = append(errs, fmt.Errorf("model %q: duplicate", m.ID))
 			continue
 		}
-		if len(m.Providers) == 0 {
-			errs = append(errs, fmt.Errorf("model %q: no providers", m.ID))
+		r, err := s.newModelRoute(rt, m, now)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("model %q: %w", m.ID, err))
 			continue
 		}
-		r := &modelRoute{id: m.ID, targets: make([]target, 0, len(m.Providers))}
-		for _, mp := range m.Providers {
-			a, ok := auth[mp.Provider]
-			if !ok {
-				errs = append(errs, fmt.Errorf("model %q: unknown provider %q", m.ID, mp.Provider))
-				continue
-			}
-			if mp.UpstreamModel == "" {
-				errs = append(errs, fmt.Errorf("model %q: provider %q: empty upstream_model", m.ID, mp.Provider))
-				continue
-			}
-			js, err := json.Marshal(mp.UpstreamModel)
-			if err != nil {
-				return fmt.Errorf("extproc: model %q: %w", m.ID, err)
-			}
-			r.targets = append(r.targets, target{provider: mp.Provider, upstreamModel: mp.UpstreamModel, modelJSON: js, authorization: a})
-		}
 		rt.models[m.ID] = r
+		rt.order = append(rt.order, r)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("extproc: catalog rejected: %w", err)
 	}
 	s.routes.Store(rt)
 	s.limits.setTiers(c.Tiers)
-	s.log.Info("extproc: catalog loaded", "models", len(rt.models), "providers", len(auth))
+	s.log.Info("extproc: catalog loaded", "models", len(rt.models), "providers", len(rt.providers))
 	return nil
+}
+
+func (s *Server) newProvider(p config.Provider) (*provider, error) {
+	kind, ok := parseKind(p.Kind)
+	if !ok {
+		return nil, fmt.Errorf("unknown kind %q", p.Kind)
+	}
+	u, err := url.Parse(p.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("base_url: %w", err)
+	}
+	pr := &provider{
+		name: p.Name, kind: kind, region: p.Region,
+		basePath: strings.TrimSuffix(u.EscapedPath(), "/"),
+		health:   s.healthOf(p.Name),
+	}
+	if p.APIKeyEnv == "" {
+		return pr, nil
+	}
+	cred := strings.TrimSpace(s.getenv(p.APIKeyEnv))
+	switch {
+	case cred == "":
+		return nil, fmt.Errorf("environment variable %s is empty or unset", p.APIKeyEnv)
+	case !validHeaderValue(cred):
+		// Envoy rejects the whole mutation for an invalid header value;
+		// fail here, naming the variable, rather than on every request.
+		return nil, fmt.Errorf("environment variable %s holds characters not allowed in a header", p.APIKeyEnv)
+	}
+	pr.credential = cred
+	if kind == kindOpenAI {
+		pr.authorization = "Bearer " + cred
+	}
+	return pr, nil
+}
+
+func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (*modelRoute, error) {
+	if len(m.Providers) == 0 {
+		return nil, errors.New("no providers")
+	}
+	r := &modelRoute{
+		id:               m.ID,
+		policy:           parsePolicy(m.Routing),
+		firstByteTimeout: m.FirstByteTimeout,
+		dropUnsupported:  m.DropUnsupported,
+		tokenizer:        m.Tokenizer,
+		dimensions:       m.Dimensions,
+		contextWindow:    m.ContextWindow,
+		targets:          make([]target, 0, len(m.Providers)),
+	}
+	if r.firstByteTimeout <= 0 {
+		r.firstByteTimeout = config.DefaultFirstByteTimeout
+	}
+	if r.contextWindow <= 0 {
+		r.contextWindow = config.DefaultContextWindow
+	}
+	caps := m.Capabilities
+	if len(caps) == 0 {
+		// The config's default; catalogs built without defaults applied
+		// (tests, older control planes) mean the same.
+		caps = []string{"chat", "tools"}
+	}
+	r.chat, r.embeddings = slices.Contains(caps, "chat"), slices.Contains(caps, "embeddings")
+	type ranked struct {
+		t        target
+		priority int
+		index    int
+	}
+	var rs []ranked
+	var errs []error
+	for i, mp := range m.Providers {
+		p, ok := rt.providers[mp.Provider]
+		if !ok {
+			errs = append(errs, fmt.Errorf("unknown provider %q", mp.Provider))
+			continue
+		}
+		if mp.UpstreamModel == "" {
+			errs = append(errs, fmt.Errorf("provider %q: empty upstream_model", mp.Provider))
+			continue
+		}
+		js, err := json.Marshal(mp.UpstreamModel)
+		if err != nil {
+			return nil, fmt.Errorf("provider %q: %w", mp.Provider, err)
+		}
+		t := target{provider: p, upstreamModel: mp.UpstreamModel, modelJSON: js, weight: mp.Weight,
+			home: p.region == "" || rt.region == "" || p.region == rt.region}
+		switch p.kind {
+		case kindOpenAI:
+			// OpenAI-style base URLs end in the API version (.../v1).
+			t.chatPath = p.basePath + "/chat/completions"
+			t.streamPath = t.chatPath
+			t.embedPath = p.basePath + "/embeddings"
+		case kindAnthropic:
+			t.chatPath = p.basePath + anthropic.Path(false)
+			t.streamPath = p.basePath + anthropic.Path(true)
+		case kindGemini:
+			t.chatPath = p.basePath + gemini.ChatPath(mp.UpstreamModel, false)
+			t.streamPath = p.basePath + gemini.ChatPath(mp.UpstreamModel, true)
+			t.embedPath = p.basePath + gemini.EmbedPath(mp.UpstreamModel)
+		}
+		rs = append(rs, ranked{t, mp.Priority, i})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	// Failover order, as the control plane orders the model's aggregate
+	// cluster: home region first, then priority, then file order.
+	slices.SortStableFunc(rs, func(a, b ranked) int {
+		if a.t.home != b.t.home {
+			if a.t.home {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.priority, b.priority)
+	})
+	for _, x := range rs {
+		r.targets = append(r.targets, x.t)
+	}
+	listing, err := json.Marshal(modelObject{
+		ID: m.ID, Object: "model", Created: s.createdAt(m.ID, now), OwnedBy: ownedBy(m.ID),
+		ContextWindow: r.contextWindow, Capabilities: caps,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.listing = listing
+	return r, nil
 }
 
 // CatalogHandler is the xDS handler for the RTDS type

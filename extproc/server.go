@@ -6,14 +6,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/keys"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
@@ -64,8 +67,12 @@ type Server struct {
 	log    *slog.Logger
 
 	routes atomic.Pointer[routeTable]
-	pick   policy
 	limits limiter
+
+	// mu guards the state kept across catalogs, by provider and model.
+	mu      sync.Mutex
+	health  map[string]*providerHealth
+	created map[string]int64
 }
 
 // New returns a Server that answers 503 to every request until SetCatalog
@@ -74,7 +81,8 @@ func New(opts Options) *Server {
 	if opts.Keys == nil {
 		panic("extproc: Options.Keys is required")
 	}
-	s := &Server{keys: opts.Keys, usage: opts.Usage, getenv: opts.Getenv, log: opts.Logger, pick: firstTarget}
+	s := &Server{keys: opts.Keys, usage: opts.Usage, getenv: opts.Getenv, log: opts.Logger,
+		health: map[string]*providerHealth{}, created: map[string]int64{}}
 	if s.getenv == nil {
 		s.getenv = os.Getenv
 	}
@@ -101,14 +109,23 @@ func (s *Server) Register(g *grpc.Server) {
 // answered with 503.
 func (s *Server) Ready() bool { return s.routes.Load() != nil }
 
-// Process serves one HTTP request: Envoy sends one message per phase and
-// expects exactly one matching reply to each.
+// Process serves one HTTP request, or one attempt of it: the listener's
+// (downstream) ext_proc filter opens one stream per request; the upstream
+// filter on a provider's cluster opens one per attempt, and says so in its
+// gRPC initial metadata (catalog.PhaseMetadata, catalog.ProviderMetadata).
+// Envoy sends one message per phase and expects exactly one matching reply
+// to each.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := ps.Context()
-	st := newStream(s)
+	var h handler
+	if md, ok := grpcmd.FromIncomingContext(ctx); ok && firstValue(md, catalog.PhaseMetadata) == catalog.PhaseUpstream {
+		h = newUpstreamStream(s, firstValue(md, catalog.ProviderMetadata))
+	} else {
+		h = newStream(s)
+	}
 	// A client that goes away after the usage chunk still used the tokens:
 	// record them even if the end of the response never reaches us.
-	defer st.finish(ctx)
+	defer h.finish(ctx)
 	for {
 		req, err := ps.Recv()
 		if err != nil {
@@ -120,7 +137,7 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 			}
 			return err
 		}
-		resp, err := st.handle(ctx, req)
+		resp, err := h.handle(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -132,6 +149,19 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 			return err
 		}
 	}
+}
+
+// handler is the state of one Process stream.
+type handler interface {
+	handle(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)
+	finish(ctx context.Context)
+}
+
+func firstValue(md grpcmd.MD, key string) string {
+	if v := md.Get(key); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // errInternal is what Envoy sees when a phase fails unexpectedly. Closing the

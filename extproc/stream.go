@@ -21,13 +21,29 @@ const (
 	respSSE                  // STREAMED: read usage, maybe cut the usage chunk
 )
 
+// operation is the endpoint a request is for.
+type operation uint8
+
+const (
+	opNone       operation = iota
+	opChat                 // POST /v1/chat/completions
+	opEmbeddings           // POST /v1/embeddings
+)
+
+func (o operation) path() string {
+	if o == opEmbeddings {
+		return embeddingsPath
+	}
+	return chatPath
+}
+
 // stream is the state of one HTTP request, carried across the messages of
 // its Process stream. Only the stream's goroutine touches it.
 type stream struct {
 	srv       *Server
 	requestID string // for logs only
 
-	chat     bool // authenticated POST /v1/chat/completions
+	op       operation // set for an authenticated POST of an endpoint extproc serves
 	key      keys.Key
 	routed   bool
 	model    string // canonical model id

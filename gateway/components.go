@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -53,7 +54,11 @@ type ControlPlaneOptions struct {
 	Config *config.Config
 	// Listen is the xDS address (ADS and the per-type services), host:port.
 	Listen string
-	Logger *slog.Logger
+	// ConfigPath, when set, is the file Config came from, reloaded when it
+	// changes (see Options.ConfigPath).
+	ConfigPath     string
+	ReloadInterval time.Duration
+	Logger         *slog.Logger
 }
 
 // StartControlPlane serves the snapshot of opts.Config over xDS to every
@@ -74,10 +79,14 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 	srv := grpc.NewServer()
 	cp.Register(srv)
 	go func() { _ = srv.Serve(lis) }()
+	watchCtx, cancel := context.WithCancel(context.Background())
+	if opts.ConfigPath != "" {
+		go cp.WatchFile(watchCtx, opts.ConfigPath, opts.ReloadInterval)
+	}
 	return &Component{
 		Addr:    lis.Addr(),
 		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
-		closers: []func(){srv.GracefulStop},
+		closers: []func(){srv.GracefulStop, cancel},
 	}, nil
 }
 
@@ -98,6 +107,10 @@ type ExtProcOptions struct {
 	MaxRequestBodyBytes int64
 	// NodeID names this extproc to the control plane.
 	NodeID string
+	// Region, when set, is the node locality's region: the control plane
+	// serves the catalog of that home region (the one the Envoy beside
+	// this extproc announces). Default: the configuration's region.
+	Region string
 	Logger *slog.Logger
 }
 
@@ -161,7 +174,11 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 		return nil, fmt.Errorf("gateway: dial control plane: %w", err)
 	}
 	c.closers = append(c.closers, func() { _ = cc.Close() })
-	ads := adsclient.New(cc, &corev3.Node{Id: opts.NodeID, Cluster: "switchyard"}, log.With("component", "ads", "node", opts.NodeID))
+	node := &corev3.Node{Id: opts.NodeID, Cluster: "switchyard"}
+	if opts.Region != "" {
+		node.Locality = &corev3.Locality{Region: opts.Region}
+	}
+	ads := adsclient.New(cc, node, log.With("component", "ads", "node", opts.NodeID))
 	ads.Watch(resourcev3.RuntimeType, []string{catalog.RuntimeName}, srv.CatalogHandler)
 	go func() { _ = ads.Run(runCtx) }()
 	return c, nil

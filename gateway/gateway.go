@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -73,6 +74,18 @@ type Options struct {
 	// RateLimitClock is the embedded rate limit service's clock (tests fix
 	// it so no run straddles a window boundary); nil: the system clock.
 	RateLimitClock ratelimit.Clock
+
+	// ConfigPath, when set, is the file Config was loaded from: the control
+	// plane reloads it whenever its content changes (polled every
+	// ReloadInterval, controlplane.DefaultReloadInterval if 0). A file that
+	// does not validate is logged and ignored.
+	ConfigPath     string
+	ReloadInterval time.Duration
+	// Region is this gateway's home region, announced in the xDS node
+	// locality of its data plane and extproc (default: the config's
+	// region): the control plane serves it the snapshot whose failover
+	// order starts there.
+	Region string
 }
 
 // Gateway is a running in-process stack.
@@ -146,6 +159,16 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if _, err := g.Control.Update(ctx, cfg); err != nil {
 		return nil, err
 	}
+	if opts.ConfigPath != "" {
+		go g.Control.WatchFile(runCtx, opts.ConfigPath, opts.ReloadInterval)
+	}
+	region := opts.Region
+	if region == "" {
+		region = cfg.Region
+	}
+	if !slices.Contains(config.Regions, region) {
+		return nil, fmt.Errorf("gateway: region %q: must be one of %v", region, config.Regions)
+	}
 	xdsAddr, err := serveGRPCOn(g, opts.XDSListen, g.Control.Register)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: control plane: %w", err)
@@ -162,7 +185,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		if rlsAddr, err = serveGRPC(g, g.RateLimit.Register); err != nil {
 			return nil, fmt.Errorf("gateway: ratelimit: %w", err)
 		}
-		rlsADS, err := dialADS(g, xdsAddr, "switchyard-ratelimit", log)
+		rlsADS, err := dialADS(g, xdsAddr, &corev3.Node{Id: "switchyard-ratelimit", Cluster: "switchyard"}, log)
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +213,8 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: extproc: %w", err)
 	}
-	extprocADS, err := dialADS(g, xdsAddr, "switchyard-extproc", log)
+	extprocADS, err := dialADS(g, xdsAddr, &corev3.Node{Id: "switchyard-extproc", Cluster: "switchyard",
+		Locality: &corev3.Locality{Region: region}}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -205,13 +229,14 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		OnRateLimitError: func(error) {
 			g.Metrics.ChargeErrors.Inc("dataplane")
 		},
+		Region: region,
 	}
 	if opts.ListenOverride != "" {
 		dpOpts.ListenOverride = map[string]string{g.listener.Name: opts.ListenOverride}
 	}
 	g.Data = dataplane.New(dpOpts)
 	g.closers = append(g.closers, func() { _ = g.Data.Close() })
-	dpADS, err := dialADS(g, xdsAddr, "switchyard-dataplane", log)
+	dpADS, err := dialADS(g, xdsAddr, g.Data.Node("switchyard-dataplane", "switchyard"), log)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +263,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		}
 	}
 	if opts.AdminListen != "" {
-		if err := startAdmin(g, opts, cfg); err != nil {
+		if err := startAdmin(g, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -246,11 +271,13 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 }
 
 // startAdmin serves the admin API on its own listener.
-func startAdmin(g *Gateway, opts Options, cfg *config.Config) error {
+func startAdmin(g *Gateway, opts Options) error {
 	h, err := admin.New(admin.Options{
-		Keys:   g.Keys,
-		Token:  opts.AdminToken,
-		Config: func() *config.Config { return cfg },
+		Keys:  g.Keys,
+		Token: opts.AdminToken,
+		// The configuration in force, which the routing endpoints change.
+		Config:  g.Control.Config,
+		Routing: g.Control,
 		Metrics: func(w io.Writer) error {
 			return g.Metrics.WritePrometheus(w)
 		},
@@ -324,16 +351,17 @@ func serveGRPCOn(g *Gateway, addr string, register func(*grpc.Server), opts ...g
 	return lis.Addr().String(), nil
 }
 
-func dialADS(g *Gateway, addr, node string, log *slog.Logger) (*adsclient.Client, error) {
+func dialADS(g *Gateway, addr string, node *corev3.Node, log *slog.Logger) (*adsclient.Client, error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dial control plane: %w", err)
 	}
 	g.closers = append(g.closers, func() { _ = cc.Close() })
-	return adsclient.New(cc, &corev3.Node{Id: node, Cluster: "switchyard"}, log.With("component", "ads", "node", node)), nil
+	return adsclient.New(cc, node, log.With("component", "ads", "node", node.GetId())), nil
 }
 
-// startDemoUpstreams starts the fake vendors the config asks for. A provider
+// startDemoUpstreams starts the fake vendors the config asks for, each in
+// its kind's wire format (openai, anthropic, gemini). A provider
 // that points at a demo upstream and names an unset credential variable gets a
 // random credential for this process, so credential injection is exercised
 // end to end even in the demo.
@@ -352,7 +380,7 @@ func startDemoUpstreams(ctx context.Context, cfg *config.Config, g *Gateway) err
 			}
 			apiKey = os.Getenv(p.APIKeyEnv)
 		}
-		srv, _, err := fake.Start(ctx, d.Listen, fake.Options{APIKey: apiKey})
+		srv, _, err := fake.Start(ctx, d.Listen, d.Kind, fake.Options{APIKey: apiKey})
 		if err != nil {
 			return fmt.Errorf("gateway: demo upstream %q on %s: %w", d.Name, d.Listen, err)
 		}

@@ -1,6 +1,6 @@
 // Package admin owns the operator's HTTP API: the same key operations as
-// `switchyard keys` (create, list, show, revoke, rotate, set-tier) and the
-// gateway's metrics in the Prometheus text format.
+// `switchyard keys` (create, list, show, revoke, rotate, set-tier), live
+// routing changes, and the gateway's metrics in the Prometheus text format.
 //
 // It is served on its own listener, loopback by default, never on the
 // public one, and every request must carry the admin token
@@ -14,6 +14,10 @@
 //	POST /admin/v1/keys/{id}/rotate        rotate: {grace: "24h"} -> the new key with its secret
 //	POST /admin/v1/keys/{id}/set-tier      {tier, rpm?, tpm?, models?}
 //	GET  /metrics                          Prometheus text
+//
+// and, with Options.Routing, live routing changes (routing.go): a model's
+// providers, weights, priorities, routing policy and first-byte timeout,
+// and draining a provider.
 //
 // Keys are named by ID only: a secret in a URL ends up in logs.
 package admin
@@ -62,6 +66,8 @@ type Options struct {
 	// Changed, if not nil, is called after every successful change, so the
 	// gateway can drop its key cache at once rather than at the next poll.
 	Changed func()
+	// Routing, if not nil, serves the routing endpoints (routing.go).
+	Routing Routing
 	Logger  *slog.Logger
 }
 
@@ -92,6 +98,7 @@ func New(opts Options) (http.Handler, error) {
 	mux.HandleFunc("POST /admin/v1/keys/{id}/rotate", a.rotate)
 	mux.HandleFunc("POST /admin/v1/keys/{id}/set-tier", a.setTier)
 	mux.HandleFunc("GET /metrics", a.metrics)
+	a.routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NotFound(r.URL.Path).Write(w) })
 	return a.authenticate(mux), nil
 }

@@ -34,7 +34,7 @@ func cmdControlPlane(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	c, err := gateway.StartControlPlane(ctx, gateway.ControlPlaneOptions{Config: cfg, Listen: *listen, Logger: logger})
+	c, err := gateway.StartControlPlane(ctx, gateway.ControlPlaneOptions{Config: cfg, ConfigPath: *cfgPath, Listen: *listen, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -54,6 +54,7 @@ func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.RateLimit, "ratelimit", "", "rate limit service (RLS) address (default: no rate limits)")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", 0, "largest request body Envoy buffers (default: the configuration default, 32 MiB)")
 	fs.StringVar(&o.NodeID, "node-id", "switchyard-extproc", "node id announced to the control plane")
+	fs.StringVar(&o.Region, "region", "", "home region announced to the control plane, as the Envoy beside it does (default: the config's region)")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

@@ -76,7 +76,10 @@ func TestControlPlaneAndExtProcSubcommands(t *testing.T) {
 	defer cancel()
 	xds, cpHealth, epHealth := freePort(t), freePort(t), freePort(t)
 	sock := filepath.Join(t.TempDir(), "extproc.sock")
-	t.Setenv("SWITCHYARD_FAKE_OPENAI_KEY", "test-key")
+	// The default configuration's providers' credentials.
+	for _, env := range []string{"SWITCHYARD_FAKE_OPENAI_KEY", "SWITCHYARD_FAKE_ANTHROPIC_KEY", "SWITCHYARD_FAKE_GEMINI_KEY"} {
+		t.Setenv(env, "test-key")
+	}
 	done := make(chan error, 2)
 	var cpOut, epOut lockedBuffer
 	go func() {

@@ -16,7 +16,7 @@ import (
 const usage = `switchyard: an OpenAI-compatible inference gateway
 
 Usage:
-  switchyard run [--config FILE] [--data-dir DIR] [--listen ADDR] [--insecure] [--demo-key]
+  switchyard run [--config FILE] [--data-dir DIR] [--listen ADDR] [--region us|asia] [--insecure] [--demo-key]
                  [--admin-listen ADDR] [--admin-token-file FILE] [--ratelimit-addr ADDR] [--xds-listen ADDR]
   switchyard validate [--config FILE]
   switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models IDS] [--config FILE]

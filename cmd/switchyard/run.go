@@ -111,6 +111,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	adminListen := fs.String("admin-listen", defaultAdminListen, `address of the admin API ("" disables it); loopback unless --insecure`)
 	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin API token (default: $"+adminTokenEnv+", else DATA_DIR/"+adminTokenFileName+", created if missing)")
 	rateLimitAddr := fs.String("ratelimit-addr", "", "RLS address of an external rate limit service (envoyproxy/ratelimit); default: the embedded one")
+	region := fs.String("region", "", "this gateway's home region, us or asia (default: the config's region)")
 	xdsListen := fs.String("xds-listen", "", "address the control plane serves xDS on, for an external ratelimit service or Envoy (default: a free loopback port)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -134,6 +135,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		RateLimitAddr:  *rateLimitAddr,
 		XDSListen:      *xdsListen,
 		AdminListen:    *adminListen,
+		// The file is reloaded when it changes; the embedded default never does.
+		ConfigPath: *cfgPath,
+		Region:     *region,
 	}
 	var tokenSource string
 	if *adminListen != "" {

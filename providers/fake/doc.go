@@ -3,8 +3,11 @@
 // (the gateway, the official SDKs) exercises the same code paths as against the
 // real service; only the "model" is fake.
 //
-// This file set is the OpenAI-compatible fake (NewOpenAI). Replies are
-// deterministic and derived only from the request:
+// NewOpenAI, NewAnthropic and NewGemini are the fakes of each wire format;
+// Handler and Start pick one by its config kind ("openai", "anthropic",
+// "gemini"). The OpenAI-compatible fake defines the replies, which the
+// others render in their vendors' formats. Replies are deterministic and
+// derived only from the request:
 //
 //   - The reply to the last user message is "Echo: <its text>"; choice i>0 is
 //     prefixed "(choice i) ". After a tool result message (role "tool") the

@@ -15,13 +15,38 @@ import (
 // from the same context, so they normally finish at once.
 const shutdownGrace = 5 * time.Second
 
-// Start serves the fake OpenAI upstream configured by opts on addr (use
-// "127.0.0.1:0" for a free port) in the background, and shuts it down when ctx
-// ends. It returns once the listener is open, with the address it is bound to.
-// Tests that do not need a real port can use httptest.NewServer(NewOpenAI(opts))
+// Kinds of fake, named as config provider kinds.
+const (
+	KindOpenAI    = "openai"
+	KindAnthropic = "anthropic"
+	KindGemini    = "gemini"
+)
+
+// Handler returns the fake of the given kind (KindOpenAI, KindAnthropic or
+// KindGemini) configured by opts.
+func Handler(kind string, opts Options) (http.Handler, error) {
+	switch kind {
+	case KindOpenAI:
+		return NewOpenAI(opts), nil
+	case KindAnthropic:
+		return NewAnthropic(opts), nil
+	case KindGemini:
+		return NewGemini(opts), nil
+	}
+	return nil, fmt.Errorf("fake: unknown kind %q (want %s, %s or %s)", kind, KindOpenAI, KindAnthropic, KindGemini)
+}
+
+// Start serves the fake upstream of the given kind (see Handler) configured
+// by opts on addr (use "127.0.0.1:0" for a free port) in the background, and
+// shuts it down when ctx ends. It returns once the listener is open, with the
+// address it is bound to. Tests that do not need a real port can use
+// httptest.NewServer with Handler's result (or NewOpenAI and friends)
 // instead.
-func Start(ctx context.Context, addr string, opts Options) (*http.Server, net.Addr, error) {
-	h := NewOpenAI(opts)
+func Start(ctx context.Context, addr, kind string, opts Options) (*http.Server, net.Addr, error) {
+	h, err := Handler(kind, opts)
+	if err != nil {
+		return nil, nil, err
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {

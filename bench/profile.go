@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// pprofTop returns `go tool pprof -top` by flat and by cumulative time.
+func pprofTop(ctx context.Context, o *options, bin, file string) (top, cum string) {
+	run := func(extra ...string) string {
+		args := append([]string{"tool", "pprof", "-top"}, extra...)
+		args = append(args, bin, file)
+		out, err := output(ctx, o.root, nil, o.goBin, args...)
+		if err != nil {
+			return "pprof failed: " + err.Error() + ": " + lastLines(out, 3)
+		}
+		return trimPprof(out)
+	}
+	return run("-nodecount=15"), run("-cum", "-nodecount=25")
+}
+
+// trimPprof keeps the summary and table of pprof -top output.
+func trimPprof(out string) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "File:") || strings.HasPrefix(l, "Build ID:") || strings.HasPrefix(l, "Type:") || strings.HasPrefix(l, "Time:") {
+			continue
+		}
+		keep = append(keep, strings.TrimRight(l, " "))
+	}
+	return strings.TrimSpace(strings.Join(keep, "\n"))
+}
+
+// part is one component's share of a profile's samples.
+type part struct {
+	label string
+	pct   float64 // cumulative (or, for syscalls, flat) percent of all samples
+	fn    string  // the function it was read from
+}
+
+// components are where Switchyard's CPU goes, each read as the cumulative
+// share of the named function (flat for the syscall leaf). Components
+// nest (ext_proc client calls are inside the data plane's request
+// handling), so shares do not add up to 100%.
+var components = []struct {
+	label, fn string
+	flat      bool
+}{
+	{"data plane: client connection and request handling (all of it)", "net/http.(*conn).serve", false},
+	{"data plane: ext_proc client round trips (inside the above)", "github.com/switchyard-ai/switchyard/dataplane.(*processor).call", false},
+	{"data plane: upstream connection (net/http client)", "net/http.(*persistConn).readLoop", false},
+	{"data plane: upstream connection writes", "net/http.(*persistConn).writeLoop", false},
+	{"data plane: access log", "github.com/switchyard-ai/switchyard/dataplane.(*requestState).logAccess", false},
+	{"extproc server: the Process stream (all phases)", "github.com/switchyard-ai/switchyard/extproc.(*Server).Process", false},
+	{"rate limiting: extproc's admission call (RLS client)", "github.com/switchyard-ai/switchyard/extproc.(*stream).admit", false},
+	{"rate limiting: extproc's prompt token estimate", "github.com/switchyard-ai/switchyard/extproc.estimatePromptTokens", false},
+	{"rate limiting: data plane's token charge at the end (RLS client)", "github.com/switchyard-ai/switchyard/dataplane.(*requestState).callRateLimit", false},
+	{"rate limiting: the embedded rate limit service", "github.com/switchyard-ai/switchyard/ratelimit.(*Server).ShouldRateLimit", false},
+	{"gRPC transport: frame writer (loopyWriter)", "google.golang.org/grpc/internal/transport.(*loopyWriter).run", false},
+	{"protobuf marshal", "google.golang.org/protobuf/proto.MarshalOptions.marshal", false},
+	{"protobuf unmarshal", "google.golang.org/protobuf/proto.UnmarshalOptions.unmarshal", false},
+	{"garbage collector (background mark)", "runtime.gcBgMarkWorker", false},
+	{"Go scheduler: looking for work (runtime.findRunnable, incl. spinning)", "runtime.findRunnable", false},
+	{"Go scheduler: futex sleeps and wake-ups (flat)", "runtime.futex", true},
+	{"socket syscalls (flat time in the syscall itself)", "internal/runtime/syscall/linux.Syscall6", true},
+}
+
+// breakdown reads the components' shares from the whole cumulative table.
+func breakdown(ctx context.Context, o *options, bin, file string) ([]part, string) {
+	out, err := output(ctx, o.root, nil, o.goBin, "tool", "pprof", "-top", "-cum", "-nodecount=100000", bin, file)
+	if err != nil {
+		return nil, ""
+	}
+	flat, cum := map[string]float64{}, map[string]float64{}
+	total := ""
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "Duration:") {
+			total = strings.TrimSpace(l)
+		}
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.HasSuffix(f[1], "%") || !strings.HasSuffix(f[4], "%") {
+			continue
+		}
+		name := strings.Join(f[5:], " ")
+		name = strings.TrimSuffix(name, " (inline)")
+		fp, err1 := strconv.ParseFloat(strings.TrimSuffix(f[1], "%"), 64)
+		cp, err2 := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		flat[name] += fp
+		cum[name] = max(cum[name], cp)
+	}
+	var parts []part
+	for _, c := range components {
+		v, ok := cum[c.fn]
+		if c.flat {
+			v, ok = flat[c.fn]
+		}
+		if ok {
+			parts = append(parts, part{c.label, v, c.fn})
+		}
+	}
+	return parts, total
+}

@@ -1,0 +1,435 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/providers/anthropic"
+	"github.com/switchyard-ai/switchyard/providers/gemini"
+)
+
+// The upstream phase: the ext_proc filter on each provider cluster
+// (HttpProtocolOptions.http_filters), run once per attempt, after Envoy's
+// router has chosen the provider, including on every failover retry. The
+// downstream phase (request.go) decides what is asked and which provider
+// to try first; this phase speaks to the provider that was actually
+// reached:
+//
+//   - request body (BUFFERED): rewrite the canonical OpenAI body for the
+//     provider's kind: OpenAI-compatible providers get their upstream model
+//     name spliced in; Anthropic and Gemini ones a translated body. :path,
+//     the credential headers and content-length are set to match.
+//   - response headers: the time to first byte is a latency sample for the
+//     latency policy (policy.go), a 429 or 503 with retry-after puts the
+//     provider in cooldown, and for translated kinds the response body is
+//     asked for: BUFFERED for JSON and errors, STREAMED for event streams.
+//     OpenAI-compatible responses are left alone (response body NONE), so
+//     the common case costs nothing here.
+//   - response body: translated to OpenAI's format, whole or chunk by
+//     chunk. The downstream phase then reads usage from OpenAI bytes
+//     whichever provider answered.
+//
+// Envoy passes each attempt the same request header map, so changes an
+// earlier attempt made are still there (issue envoyproxy/ai-gateway#1387);
+// the body, by contrast, is copied afresh from the buffered original. So
+// everything this phase needs is read from the body (the canonical model id
+// and the operation), every header it sets is set on every attempt, and
+// the credential headers of the other kinds are removed, so that a
+// credential set for one provider never reaches the next.
+
+// upstreamStream is the state of one attempt.
+type upstreamStream struct {
+	srv          *Server
+	providerName string
+	requestID    string // for logs only
+
+	// Set by the request body phase once the request is sent on.
+	prov   *provider
+	model  *modelRoute
+	op     operation
+	stream bool
+	b64    bool
+	// promptTokens estimates a Gemini embeddings request's usage, which
+	// Gemini does not report.
+	promptTokens int
+	sent         time.Time // zero until the request is sent on
+	answered     bool      // response headers arrived
+
+	status int
+	kind   respKind
+	anth   *anthropic.Stream
+	gem    *gemini.Stream
+	out    []byte // reused translation buffer for stream chunks
+	failed bool   // a stream translation error was logged
+
+	// Replies reused for every chunk, as in stream.
+	editChunk *extprocv3.ProcessingResponse
+	editBody  *extprocv3.BodyMutation_Body
+}
+
+func newUpstreamStream(s *Server, provider string) *upstreamStream {
+	return &upstreamStream{srv: s, providerName: provider}
+}
+
+// Credential and version headers of every kind; an attempt removes those
+// its provider does not use.
+var vendorHeaders = [...]string{"authorization", "x-api-key", "anthropic-version", "x-goog-api-key"}
+
+var (
+	errUnknownProvider = apierror.Server(http.StatusServiceUnavailable, "provider_unavailable",
+		"The gateway is applying a configuration change. Please retry shortly.")
+	errBadUpstream = apierror.Server(http.StatusBadGateway, "upstream_error",
+		"The model provider returned a response the gateway could not read.")
+)
+
+// handle answers one message; a panic ends only this stream, as in
+// stream.handle.
+func (st *upstreamStream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) (resp *extprocv3.ProcessingResponse, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			st.srv.log.Error("extproc: panic in upstream phase", "request_id", st.requestID, "provider", st.providerName,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			resp, err = nil, errInternal
+		}
+	}()
+	switch m := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		for _, hv := range m.RequestHeaders.GetHeaders().GetHeaders() {
+			if hv.GetKey() == "x-request-id" {
+				st.requestID = headerValue(hv)
+			}
+		}
+		return requestHeadersReply(nil), nil
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.requestBody(m.RequestBody), nil
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return st.responseHeaders(m.ResponseHeaders), nil
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return st.responseBody(m.ResponseBody), nil
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+			RequestTrailers: &extprocv3.TrailersResponse{}}}, nil
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+			ResponseTrailers: &extprocv3.TrailersResponse{}}}, nil
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "extproc: unexpected message %T", m)
+	}
+}
+
+// finish runs when the attempt's stream ends. An attempt that was sent but
+// never answered (connect failure, reset, per-try timeout) is a failure
+// sample for the latency estimate.
+func (st *upstreamStream) finish(context.Context) {
+	if !st.sent.IsZero() && !st.answered {
+		st.prov.health.observe(st.model.firstByteTimeout)
+	}
+}
+
+// upstreamBody is what the upstream phase reads of the canonical body.
+type upstreamBody struct {
+	model                 span
+	stream, b64           bool
+	hasMessages, hasInput bool
+}
+
+// scanUpstreamBody reads the top-level members the upstream phase needs,
+// in one pass without copying. The body was validated by the downstream
+// phase.
+func scanUpstreamBody(body []byte) (upstreamBody, bool) {
+	var u upstreamBody
+	s := bytesString(body)
+	start := skipSpace(s, 0)
+	if start >= len(s) || s[start] != '{' {
+		return u, false
+	}
+	for it := newIter(s, start); it.next(); {
+		switch it.key {
+		case "model":
+			u.model = span{it.val, it.end}
+		case "stream":
+			u.stream = it.raw() == "true"
+		case "messages":
+			u.hasMessages = true
+		case "input":
+			u.hasInput = true
+		case "encoding_format":
+			u.b64 = str(it.raw()) == "base64"
+		}
+	}
+	return u, u.model.present() && body[u.model.start] == '"'
+}
+
+// requestBody rewrites the request for the provider this attempt reached.
+func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	rt := st.srv.routes.Load()
+	if rt == nil {
+		return immediate(errNotReady)
+	}
+	body := b.GetBody()
+	ub, ok := scanUpstreamBody(body)
+	if !ok || (!ub.hasMessages && !ub.hasInput) {
+		st.srv.log.Error("extproc: upstream phase got a body that is not a routed request", "request_id", st.requestID,
+			"provider", st.providerName)
+		return immediate(errInternalBody)
+	}
+	p := rt.providers[st.providerName]
+	modelID := str(bytesString(body[ub.model.start:ub.model.end]))
+	m := rt.models[modelID]
+	var t *target
+	if p != nil && m != nil {
+		t = m.target(p.name)
+	}
+	if t == nil {
+		// The data plane's routes and this catalog disagree: one of them
+		// is a version behind. A 503 lets the router fail over.
+		st.srv.log.Warn("extproc: upstream phase for a provider the catalog does not route this model to",
+			"request_id", st.requestID, "provider", st.providerName, "model", clip(modelID))
+		return immediate(errUnknownProvider)
+	}
+	st.op = opChat
+	if !ub.hasMessages {
+		st.op = opEmbeddings
+	}
+	if !p.kind.serves(st.op) {
+		st.srv.log.Error("extproc: provider cannot serve the operation", "request_id", st.requestID,
+			"provider", p.name, "kind", p.kind.String(), "model", m.id)
+		return immediate(apierror.Server(http.StatusBadGateway, "provider_unsupported_operation",
+			"The model's provider cannot serve this endpoint."))
+	}
+	st.prov, st.model, st.stream, st.b64 = p, m, ub.stream, ub.b64
+
+	var out []byte
+	var path string
+	var err error
+	hm := &extprocv3.HeaderMutation{SetHeaders: make([]*corev3.HeaderValueOption, 0, 6)}
+	switch p.kind {
+	case kindOpenAI:
+		// The path is the provider's alone: a query string the client sent
+		// is not carried over (on a retry :path is an earlier attempt's
+		// anyway), so nothing a client adds to the URL reaches a provider.
+		out = splice(body, []edit{{ub.model.start, ub.model.end, t.modelJSON}})
+		path = t.chatPath
+		if st.op == opEmbeddings {
+			path = t.embedPath
+		}
+		if p.authorization != "" {
+			hm.SetHeaders = append(hm.SetHeaders, setHeader("authorization", p.authorization))
+		}
+	case kindAnthropic:
+		out, err = anthropic.TranslateRequest(body, t.upstreamModel, anthropic.Options{DropUnsupported: m.dropUnsupported})
+		path = t.chatPath
+		if st.stream {
+			path = t.streamPath
+		}
+		for _, h := range anthropic.Headers(p.credential) {
+			if h.Value != "" {
+				hm.SetHeaders = append(hm.SetHeaders, setHeader(h.Name, h.Value))
+			}
+		}
+	case kindGemini:
+		if st.op == opEmbeddings {
+			out, err = gemini.TranslateEmbeddingRequest(body, t.upstreamModel)
+			st.promptTokens = gemini.EstimateEmbeddingTokens(body)
+			path = t.embedPath
+		} else {
+			out, err = gemini.TranslateRequest(body, gemini.Options{DropUnsupported: m.dropUnsupported})
+			path = t.chatPath
+			if st.stream {
+				path = t.streamPath
+			}
+		}
+		for _, h := range gemini.Headers(p.credential) {
+			if h.Value != "" {
+				hm.SetHeaders = append(hm.SetHeaders, setHeader(h.Name, h.Value))
+			}
+		}
+	}
+	if err != nil {
+		if e, ok := errors.AsType[*apierror.Error](err); ok {
+			// A parameter the provider cannot honour: the client's to fix.
+			return immediate(e)
+		}
+		st.srv.log.Error("extproc: translating request", "request_id", st.requestID, "provider", p.name, "error", err)
+		return immediate(errInternalBody)
+	}
+	for _, name := range vendorHeaders {
+		if !hasHeader(hm.SetHeaders, name) {
+			hm.RemoveHeaders = append(hm.RemoveHeaders, name)
+		}
+	}
+	hm.SetHeaders = append(hm.SetHeaders,
+		setHeader(":path", path),
+		setHeader("content-length", strconv.Itoa(len(out))))
+	if !hasHeader(hm.SetHeaders, "content-type") {
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("content-type", "application/json"))
+	}
+	st.sent = time.Now()
+	return requestBodyReply(&extprocv3.CommonResponse{HeaderMutation: hm, BodyMutation: bodyMutation(out)})
+}
+
+func hasHeader(set []*corev3.HeaderValueOption, name string) bool {
+	for _, h := range set {
+		if h.GetHeader().GetKey() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// responseHeaders learns from the answer and chooses how to translate it.
+func (st *upstreamStream) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	if st.sent.IsZero() {
+		return responseHeadersReply(nil)
+	}
+	now := time.Now()
+	st.answered = true
+	var ctype, encoding, after, afterMS string
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch strings.ToLower(hv.GetKey()) {
+		case ":status":
+			st.status, _ = strconv.Atoi(headerValue(hv))
+		case "content-type":
+			ctype = headerValue(hv)
+		case "content-encoding":
+			encoding = headerValue(hv)
+		case "retry-after":
+			after = headerValue(hv)
+		case "retry-after-ms":
+			afterMS = headerValue(hv)
+		}
+	}
+	health := st.prov.health
+	if st.status >= 500 || st.status == http.StatusTooManyRequests {
+		health.observe(st.model.firstByteTimeout)
+	} else {
+		health.observe(now.Sub(st.sent))
+	}
+	if st.status == http.StatusTooManyRequests || st.status == http.StatusServiceUnavailable {
+		d, ok := retryAfter(afterMS, true, now)
+		if !ok {
+			d, ok = retryAfter(after, false, now)
+		}
+		if ok {
+			health.coolDown(now, d)
+			st.srv.log.Info("extproc: provider cooling down", "request_id", st.requestID, "provider", st.prov.name,
+				"status", st.status, "for", d)
+		}
+	}
+	if st.prov.kind == kindOpenAI || h.GetEndOfStream() {
+		return responseHeadersReply(nil)
+	}
+	if encoding != "" && !strings.EqualFold(encoding, "identity") {
+		// The downstream phase removed accept-encoding; a provider that
+		// compresses anyway cannot be translated.
+		st.srv.log.Error("extproc: compressed response from a translated provider", "request_id", st.requestID,
+			"provider", st.prov.name, "status", st.status)
+		return responseHeadersReply(nil)
+	}
+	media, _, _ := mime.ParseMediaType(ctype)
+	cr := &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
+		// The body changes size; the body reply sets the new length of a
+		// buffered one, and a stream has none.
+		RemoveHeaders: []string{"content-length"},
+	}}
+	mode := filterv3.ProcessingMode_BUFFERED
+	if st.status < 400 && media == "text/event-stream" && st.op == opChat {
+		st.kind = respSSE
+		mode = filterv3.ProcessingMode_STREAMED
+		if st.prov.kind == kindAnthropic {
+			st.anth = anthropic.NewStream(st.model.id)
+		} else {
+			st.gem = gemini.NewStream(st.model.id)
+		}
+		st.editBody = &extprocv3.BodyMutation_Body{}
+		st.editChunk = responseBodyReply(&extprocv3.CommonResponse{
+			BodyMutation: &extprocv3.BodyMutation{Mutation: st.editBody},
+		})
+		cr.HeaderMutation.SetHeaders = []*corev3.HeaderValueOption{setHeader("content-type", "text/event-stream")}
+	} else {
+		st.kind = respJSON
+		cr.HeaderMutation.SetHeaders = []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
+	}
+	resp := responseHeadersReply(cr)
+	resp.ModeOverride = modeOverride(filterv3.ProcessingMode_BUFFERED, mode, filterv3.ProcessingMode_SEND)
+	return resp
+}
+
+// responseBody translates the answer to OpenAI's format.
+func (st *upstreamStream) responseBody(b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	switch st.kind {
+	case respSSE:
+		var err error
+		if st.anth != nil {
+			st.out, err = st.anth.Translate(st.out[:0], b.GetBody(), b.GetEndOfStream())
+		} else {
+			st.out, err = st.gem.Translate(st.out[:0], b.GetBody(), b.GetEndOfStream())
+		}
+		if err != nil && !st.failed {
+			// The translator has already put an error event in out.
+			st.failed = true
+			st.srv.log.Warn("extproc: provider stream could not be translated", "request_id", st.requestID,
+				"provider", st.prov.name, "error", err)
+		}
+		st.editBody.Body = st.out
+		return st.editChunk
+	case respJSON:
+		return st.jsonBody(b.GetBody())
+	}
+	return responseBodyReply(nil)
+}
+
+// jsonBody translates a buffered answer, success or error.
+func (st *upstreamStream) jsonBody(body []byte) *extprocv3.ProcessingResponse {
+	var out []byte
+	var err error
+	switch {
+	case st.op == opEmbeddings:
+		out, err = gemini.TranslateEmbeddingResponse(st.status, body, st.model.id, st.b64, st.promptTokens)
+	case st.prov.kind == kindAnthropic:
+		out, err = anthropic.TranslateResponse(st.status, body, st.model.id)
+	default:
+		out, err = gemini.TranslateResponse(st.status, body, st.model.id)
+	}
+	code := st.status
+	var set []*corev3.HeaderValueOption
+	if err != nil {
+		e, ok := errors.AsType[*apierror.Error](err)
+		if !ok {
+			e = errBadUpstream
+		}
+		if out == nil || !ok {
+			out = e.JSON()
+		}
+		if st.status < 400 {
+			st.srv.log.Warn("extproc: provider response could not be translated", "request_id", st.requestID,
+				"provider", st.prov.name, "status", st.status, "error", err)
+		}
+		code = e.Status
+		if e.RetryAfter > 0 {
+			set = append(set, setHeader("retry-after", strconv.Itoa(e.RetryAfter)))
+		}
+	}
+	set = append(set, setHeader("content-length", strconv.Itoa(len(out))))
+	if code != st.status {
+		set = append(set, setHeader(":status", strconv.Itoa(code)))
+	}
+	return responseBodyReply(&extprocv3.CommonResponse{
+		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+		BodyMutation:   bodyMutation(out),
+	})
+}
