@@ -457,10 +457,13 @@ models:
   - id: v/m1
     providers: [{provider: d, upstream_model: z}, {provider: b, upstream_model: x2}]
 `)
-	if got := unionRoutes(next, nil); got != next {
+	if got := unionRoutes(next, nil, true); got != next {
 		t.Error("without retired routes the catalog is the configuration")
 	}
-	u := unionRoutes(next, []retiredRoutes{{cfg: prev}})
+	if u := unionRoutes(next, []retiredRoutes{{cfg: prev}}, false); len(u.Models) != 1 {
+		t.Errorf("a removed model kept past the switch: %d models", len(u.Models))
+	}
+	u := unionRoutes(next, []retiredRoutes{{cfg: prev}}, true)
 	var providers []string
 	for _, p := range u.Providers {
 		providers = append(providers, p.Name)

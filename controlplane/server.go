@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"gopkg.in/yaml.v3"
 
+	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
 )
 
@@ -267,7 +269,7 @@ func (s *Server) setLocked(ctx context.Context, base *config.Config, drained []s
 			retired = retired[len(retired)-maxRetired:]
 		}
 	}
-	cat := unionRoutes(eff, retired)
+	cat := unionRoutes(eff, retired, false)
 	version := strconv.FormatUint(s.version+1, 10)
 	final := map[string]*cachev3.Snapshot{}
 	for _, region := range config.Regions {
@@ -282,7 +284,7 @@ func (s *Server) setLocked(ctx context.Context, base *config.Config, drained []s
 		return "", fmt.Errorf("%w: region %q", ErrInvalid, eff.Region)
 	}
 	if changed {
-		if err := s.catalogFirstLocked(ctx, version, final); err != nil {
+		if err := s.catalogFirstLocked(ctx, version, unionRoutes(eff, retired, true)); err != nil {
 			return "", err
 		}
 	}
@@ -316,11 +318,12 @@ var catalogTypes = []string{resourcev3.RuntimeType}
 // included). So a change is made before-break:
 //
 //   - the catalog extprocs get routes what the new configuration routes and
-//     also, for RetireAfter, what earlier ones did (retired entries come
-//     after the new ones, with weight 0, so they are never a first choice
-//     the policies prefer: the data plane's routes do not include them, and
-//     a first choice they do not know falls through to the model's default
-//     route);
+//     also, for RetireAfter, the (model, provider) pairs earlier ones did
+//     (retired entries come after the new ones, with weight 0, so they are
+//     never a first choice the policies prefer: the data plane's routes do
+//     not include them, and a first choice they do not know falls through
+//     to the model's default route); models a change removes stay in the
+//     catalog only while the change rolls out;
 //   - that catalog goes out first (catalogFirstLocked), and only once the
 //     extprocs have acknowledged it (or PhaseTimeout passed) do the data
 //     planes get the new routes.
@@ -391,20 +394,23 @@ func (s *Server) scheduleRetirementLocked(now time.Time) {
 	})
 }
 
-// catalogFirstLocked sets the new catalog (final's) on top of the current
+// catalogFirstLocked sets the catalog of cat on top of the current
 // snapshots, under a transition version, and waits for the extprocs to
 // acknowledge it.
-func (s *Server) catalogFirstLocked(ctx context.Context, version string, final map[string]*cachev3.Snapshot) error {
+func (s *Server) catalogFirstLocked(ctx context.Context, version string, cat *config.Config) error {
 	tv := version + "-catalog"
 	first := map[string]*cachev3.Snapshot{}
 	for key, snap := range s.snaps {
-		cp := &cachev3.Snapshot{Resources: snap.Resources}
-		rt := final[key].Resources[types.Runtime].Items
-		items := make([]types.Resource, 0, len(rt))
-		for _, r := range rt {
-			items = append(items, r.Resource)
+		c := *cat
+		if r, ok := strings.CutPrefix(key, RegionNodeKey("")); ok {
+			c.Region = r
 		}
-		cp.Resources[types.Runtime] = cachev3.NewResources(tv, items)
+		rt, err := catalog.FromConfig(&c).Runtime()
+		if err != nil {
+			return fmt.Errorf("controlplane: %w", err)
+		}
+		cp := &cachev3.Snapshot{Resources: snap.Resources}
+		cp.Resources[types.Runtime] = cachev3.NewResources(tv, []types.Resource{rt})
 		first[key] = cp
 	}
 	if err := s.setSnapshotsLocked(ctx, first); err != nil {
@@ -450,10 +456,12 @@ func routePairs(cfg *config.Config) map[string]bool {
 func sameRoutes(a, b *config.Config) bool { return maps.Equal(routePairs(a), routePairs(b)) }
 
 // unionRoutes is next plus what the retired configurations routed that
-// next does not: providers, models, and each model's providers after
-// next's own, with weight 0 and the lowest priority, so the catalog's
-// policies prefer next's routes.
-func unionRoutes(next *config.Config, retired []retiredRoutes) *config.Config {
+// next does not: providers, each model's providers after next's own (with
+// weight 0 and the lowest priority, so the catalog's policies prefer
+// next's routes), and with models, the models next removed. Removed models
+// are kept only for the switch itself: a catalog that kept them longer
+// would list and admit them.
+func unionRoutes(next *config.Config, retired []retiredRoutes, models bool) *config.Config {
 	if len(retired) == 0 {
 		return next
 	}
@@ -475,7 +483,9 @@ func unionRoutes(next *config.Config, retired []retiredRoutes) *config.Config {
 		for _, pm := range prev.Models {
 			j := slices.IndexFunc(out.Models, func(m config.Model) bool { return m.ID == pm.ID })
 			if j < 0 {
-				out.Models = append(out.Models, pm)
+				if models {
+					out.Models = append(out.Models, pm)
+				}
 				continue
 			}
 			m := &out.Models[j]

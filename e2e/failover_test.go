@@ -201,7 +201,7 @@ func newRouteStack(t *testing.T, o routeStackOptions) *routeStack {
 		ConfigPath:     s.cfgPath, // reloaded every 500 ms when it changes
 		Region:         o.region,
 		DataDir:        t.TempDir(),
-		Logger:         slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:         slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: logLevel()})),
 		ListenOverride: "127.0.0.1:0",
 		AdminListen:    "127.0.0.1:0",
 		AdminToken:     s.adminToken,
@@ -222,6 +222,14 @@ func newRouteStack(t *testing.T, o routeStackOptions) *routeStack {
 	return s
 }
 
+// logLevel is info, or debug when E2E_DUMP_LOGS asks for the log.
+func logLevel() slog.Level {
+	if os.Getenv("E2E_DUMP_LOGS") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -230,12 +238,12 @@ func randomHex(n int) string {
 
 // ask sends one chat completion for model and returns the upstream that
 // answered.
-func (s *routeStack) ask(ctx context.Context, model, text string) (string, error) {
+func (s *routeStack) ask(ctx context.Context, model, text string, opts ...option.RequestOption) (string, error) {
 	var resp *http.Response
 	res, err := s.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model:    model,
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
-	}, option.WithResponseInto(&resp))
+	}, append(opts, option.WithResponseInto(&resp))...)
 	if err != nil {
 		return "", err
 	}

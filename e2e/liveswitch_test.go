@@ -10,6 +10,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/switchyard-ai/switchyard/providers/fake"
 )
 
 // liveYAML serves demo/live from the providers named (in priority order),
@@ -43,11 +47,13 @@ type loadResult struct {
 	err        error
 }
 
-// switchUnderLoad keeps 200 clients busy with demo/live (each request takes
-// the fakes' service time), makes the switch once 200 requests are in
-// flight at provider from, keeps the load on for a while, and checks: no
-// client saw an error (the 200 in flight finished on from), and every
-// request started more than a second after the switch reached to.
+// switchUnderLoad keeps 200 clients busy with slow demo/live requests (the
+// fake holds each for 400 ms: x-fake-delay-ms) and one client sending fast
+// ones back to back, makes the switch once 200 requests are in flight at
+// provider from, keeps the load on for a while, and checks: no client saw
+// an error (the 200 in flight finished on from), the fast client reached
+// to within a second, and every request started more than a second after
+// the switch reached to.
 func switchUnderLoad(t *testing.T, s *routeStack, from, to string, doSwitch func()) {
 	t.Helper()
 	const clients = 200
@@ -57,25 +63,28 @@ func switchUnderLoad(t *testing.T, s *routeStack, from, to string, doSwitch func
 		wg      sync.WaitGroup
 		stop    = make(chan struct{})
 	)
+	client := func(name string, opts ...option.RequestOption) {
+		defer wg.Done()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := loadResult{start: time.Now()}
+			r.from, r.err = s.ask(context.Background(), "demo/live", fmt.Sprintf("%s request %d", name, n), opts...)
+			r.end = time.Now()
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+		}
+	}
 	for w := range clients {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r := loadResult{start: time.Now()}
-				r.from, r.err = s.ask(context.Background(), "demo/live", fmt.Sprintf("client %d request %d", w, n))
-				r.end = time.Now()
-				mu.Lock()
-				results = append(results, r)
-				mu.Unlock()
-			}
-		}()
+		go client(fmt.Sprintf("slow client %d", w), option.WithHeader(fake.HeaderDelayMS, "400"))
 	}
+	wg.Add(1)
+	go client("fast client")
 	waitFor(t, 15*time.Second, fmt.Sprintf("%d requests in flight at %s", clients, from), func() bool {
 		return s.up[from].inFlight.Load() >= clients
 	})
@@ -109,6 +118,8 @@ func switchUnderLoad(t *testing.T, s *routeStack, from, to string, doSwitch func
 	}
 	if len(errs) > 0 {
 		sort.Strings(errs)
+		// E2E_DUMP_LOGS=FILE keeps the gateway's whole log (at debug level)
+		// for a post-mortem.
 		if path := os.Getenv("E2E_DUMP_LOGS"); path != "" {
 			_ = os.WriteFile(path, []byte(s.logs.String()), 0o600)
 		}
@@ -121,7 +132,7 @@ func switchUnderLoad(t *testing.T, s *routeStack, from, to string, doSwitch func
 		t.Error("no request started more than a second after the switch")
 	}
 	if firstTo < 0 || firstTo > time.Second {
-		t.Errorf("the first request to %s started %v after the switch, want within 1s", to, firstTo)
+		t.Errorf("the first request to reach %s started %v after the switch, want within 1s", to, firstTo)
 	}
 	t.Logf("%d requests, %d in flight across the switch, first to %s %v after it, %d started after the deadline",
 		len(results), inFlight, to, firstTo, after)
@@ -133,7 +144,7 @@ func switchUnderLoad(t *testing.T, s *routeStack, from, to string, doSwitch func
 // finish where they started, and new ones reach the new provider within a
 // second, with no restart.
 func TestLiveSwitchUnderLoad(t *testing.T) {
-	s := newRouteStack(t, routeStackOptions{names: []string{"a", "b"}, serviceTime: 200 * time.Millisecond, yaml: liveYAML("a")})
+	s := newRouteStack(t, routeStackOptions{names: []string{"a", "b"}, yaml: liveYAML("a")})
 	if from := s.mustAsk(t, "demo/live", "before"); from != "a" {
 		t.Fatalf("answered by %q, want a", from)
 	}

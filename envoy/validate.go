@@ -705,8 +705,8 @@ func (k *checker) checkRetryPolicy(res, path string, p *routev3.RetryPolicy) {
 		k.fail(res, join(path, "retriable_status_codes"), "%v would be ignored: retry_on lacks \"retriable-status-codes\"", p.GetRetriableStatusCodes())
 	}
 	named := map[string]proto.Message{
-		"envoy.retry_host_predicates.previous_hosts":  &previoushostsv3.PreviousHostsPredicate{},
-		"envoy.retry_priorities.previous_priorities": &previousprioritiesv3.PreviousPrioritiesConfig{},
+		controlplane.RetryHostPredicate: &previoushostsv3.PreviousHostsPredicate{},
+		controlplane.RetryPriority:      &previousprioritiesv3.PreviousPrioritiesConfig{},
 	}
 	check := func(field, name string, a *anypb.Any) {
 		if want, ok := named[name]; ok && !a.MessageIs(want) {
