@@ -163,7 +163,7 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	}
 	// A buffered request body arrives in one gRPC message: allow the body
 	// limit plus room for headers.
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(int(opts.MaxRequestBodyBytes) + 1<<20))
+	gs := grpc.NewServer(append(hotPathServerOptions(), grpc.MaxRecvMsgSize(int(opts.MaxRequestBodyBytes)+1<<20))...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	c.Addr = lis.Addr()

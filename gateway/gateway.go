@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"slices"
 	"time"
 
@@ -199,11 +200,19 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	g.closers = append(g.closers, func() { _ = rlsConn.Close() })
 	g.rlsAddr = rlsAddr
 
+	// Admission sits on every request's critical path. With the service
+	// embedded, extproc calls it directly: the same service logic and store
+	// the data plane reaches over gRPC, minus a loopback round trip.
+	var limiter extproc.Limiter = rlsv3.NewRateLimitServiceClient(rlsConn)
+	if g.RateLimit != nil {
+		limiter = embeddedLimiter{g.RateLimit}
+	}
+
 	// extproc, configured by the control plane over RTDS.
 	g.ExtProc = extproc.New(extproc.Options{
 		Keys:    g.KeyCache,
 		Usage:   opts.Usage,
-		Limiter: rlsv3.NewRateLimitServiceClient(rlsConn),
+		Limiter: limiter,
 		Metrics: g.Metrics,
 		Logger:  log.With("component", "extproc"),
 	})
@@ -344,11 +353,37 @@ func serveGRPCOn(g *Gateway, addr string, register func(*grpc.Server), opts ...g
 	if err != nil {
 		return "", err
 	}
-	srv := grpc.NewServer(opts...)
+	srv := grpc.NewServer(append(hotPathServerOptions(), opts...)...)
 	register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	g.closers = append(g.closers, srv.Stop)
 	return lis.Addr().String(), nil
+}
+
+// embeddedLimiter lets extproc call the in-process rate limit service as the
+// RLS client interface it consumes.
+type embeddedLimiter struct{ s *ratelimit.Server }
+
+func (l embeddedLimiter) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, _ ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+	return l.s.ShouldRateLimit(ctx, in)
+}
+
+// hotPathServerOptions tune the gRPC servers every request crosses (ext_proc,
+// rate limits): each request opens short streams and exchanges small
+// messages, so per-stream and per-message overhead is the gateway's added
+// latency. Stream workers reuse goroutines whose stacks have already grown
+// (a fresh goroutine per stream pays for stack growth every time; gRPC falls
+// back to a new goroutine when all workers are busy, so long streams cannot
+// starve others). Static flow-control windows, large enough for a buffered
+// body, turn off the BDP estimator's PINGs; a shared write buffer saves an
+// allocation per flush.
+func hotPathServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		grpc.InitialWindowSize(4 << 20),
+		grpc.InitialConnWindowSize(16 << 20),
+		grpc.SharedWriteBuffer(true),
+	}
 }
 
 func dialADS(g *Gateway, addr string, node *corev3.Node, log *slog.Logger) (*adsclient.Client, error) {
