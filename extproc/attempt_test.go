@@ -31,6 +31,7 @@ import (
 // Provider credentials of the routing tests.
 const (
 	oaKey        = "sk-oa-test-secret-0123"
+	oa2Key       = "sk-oa-second-secret-4567"
 	anthropicKey = "sk-ant-test-secret-0123"
 	geminiKey    = "gem-test-secret-0123"
 )
@@ -39,6 +40,8 @@ func routingEnv(name string) string {
 	switch name {
 	case "OA_KEY":
 		return oaKey
+	case "OA2_KEY":
+		return oa2Key
 	case "ANTHROPIC_KEY":
 		return anthropicKey
 	case "GEMINI_KEY":
@@ -196,6 +199,58 @@ type exchange struct {
 	// sent is what the upstream phase returned for the attempt's request.
 	sentHeaders headers
 	sentBody    []byte
+	// bodyMessage: the attempt's upstream phase was sent the request body
+	// (false for a prepared attempt, which skips it).
+	bodyMessage bool
+}
+
+// attemptResult is one attempt's request side through the upstream filter.
+type attemptResult struct {
+	stream      *envoy
+	body        []byte // what goes to the provider
+	bodyMessage bool   // the request body message was sent to the filter
+	immediate   *extprocv3.ProcessingResponse
+}
+
+// attempt runs the request side of one attempt on provider as Envoy's
+// upstream ext_proc filter does: the request headers message, whose reply's
+// header mutation applies to hs (Envoy's header map, which every attempt of
+// a request shares) and whose mode_override may skip the body; then, unless
+// skipped, the body message (body is the buffered request as the
+// downstream filter left it: each attempt starts from it afresh).
+func (h *harness) attempt(t *testing.T, provider string, hs headers, body []byte) attemptResult {
+	t.Helper()
+	u := h.openUpstream(t, provider)
+	r := u.do(reqHeadersMsg(hs))
+	if r.GetImmediateResponse() != nil {
+		return attemptResult{stream: u, immediate: r}
+	}
+	if r.GetRequestHeaders() == nil {
+		t.Fatalf("upstream request_headers: %v", r)
+	}
+	hs.apply(common(r).GetHeaderMutation())
+	mo := r.GetModeOverride()
+	if mo != nil && mo.GetRequestBodyMode() == filterv3.ProcessingMode_NONE {
+		if mo.GetResponseHeaderMode() != filterv3.ProcessingMode_SEND {
+			t.Errorf("mode_override %v stops the response headers message", mo)
+		}
+		if cl, ok := hs["content-length"]; ok && cl != strconv.Itoa(len(body)) {
+			t.Errorf("prepared attempt: content-length %q, body %d bytes", cl, len(body))
+		}
+		return attemptResult{stream: u, body: body}
+	}
+	r = u.do(reqBody(string(body)))
+	if r.GetImmediateResponse() != nil {
+		return attemptResult{stream: u, immediate: r, bodyMessage: true}
+	}
+	hs.apply(common(r).GetHeaderMutation())
+	if bm := common(r).GetBodyMutation(); bm != nil {
+		body = bm.GetBody()
+	}
+	if cl := hs["content-length"]; cl != strconv.Itoa(len(body)) {
+		t.Errorf("upstream content-length %q, body %d bytes", cl, len(body))
+	}
+	return attemptResult{stream: u, body: body, bodyMessage: true}
 }
 
 // immediateExchange turns an immediate response into an exchange.
@@ -240,22 +295,12 @@ func (h *harness) roundTrip(t *testing.T, up *fakeUpstreams, provider, path, bod
 	}
 
 	// The attempt.
-	u := h.openUpstream(t, provider)
-	if r := u.do(reqHeadersMsg(req)); r.GetRequestHeaders() == nil {
-		t.Fatalf("upstream request_headers: %v", r)
+	a := h.attempt(t, provider, req, sent)
+	if a.immediate != nil {
+		return immediateExchange(a.immediate)
 	}
-	r = u.do(reqBody(string(sent)))
-	if r.GetImmediateResponse() != nil {
-		return immediateExchange(r)
-	}
-	req.apply(common(r).GetHeaderMutation())
-	if bm := common(r).GetBodyMutation(); bm != nil {
-		sent = bm.GetBody()
-	}
-	if cl := req["content-length"]; cl != strconv.Itoa(len(sent)) {
-		t.Errorf("upstream content-length %q, body %d bytes", cl, len(sent))
-	}
-	x := exchange{sentHeaders: headers{}, sentBody: sent}
+	u, sent := a.stream, a.body
+	x := exchange{sentHeaders: headers{}, sentBody: sent, bodyMessage: a.bodyMessage}
 	for k, v := range req {
 		x.sentHeaders[k] = v
 	}
@@ -360,11 +405,21 @@ func (f *fakeUpstreams) last(provider string) *upstreamCall {
 // startFakes starts a fake vendor for each provider name → kind, with the
 // routing tests' credentials.
 func startFakes(t *testing.T, kinds map[string]string) *fakeUpstreams {
+	return startFakesKeyed(t, kinds, nil)
+}
+
+// startFakesKeyed is startFakes with the credentials of some providers, by
+// name, instead of their kind's.
+func startFakesKeyed(t *testing.T, kinds, keys map[string]string) *fakeUpstreams {
 	t.Helper()
 	f := &fakeUpstreams{urls: map[string]string{}, calls: map[string][]*upstreamCall{}}
 	creds := map[string]string{"openai": oaKey, "anthropic": anthropicKey, "gemini": geminiKey}
 	for name, kind := range kinds {
-		h, err := fake.Handler(kind, fake.Options{APIKey: creds[kind]})
+		key := creds[kind]
+		if k, ok := keys[name]; ok {
+			key = k
+		}
+		h, err := fake.Handler(kind, fake.Options{APIKey: key})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func estimate[T any](msgs []T) int {
 }
 
 func BenchmarkRequestBody(b *testing.B) {
-	srv, _, _ := newTestServer(b, true)
+	srv := newBenchServer(b)
 	ctx := context.Background()
 	for _, sz := range []struct {
 		name string
@@ -56,14 +56,16 @@ func BenchmarkRequestBody(b *testing.B) {
 		body := benchBody(b, sz.size)
 		b.Run(sz.name, func(b *testing.B) {
 			st := newStream(srv)
-			st.op, st.key = opChat, testKeys()[goodKey]
-			msg := &extprocv3.HttpBody{Body: body, EndOfStream: true}
+			st.op, st.key, st.ownsBody = opChat, testKeys()[goodKey], true
+			bodies := newBodies(body) // as in BenchmarkRequestPhase
+			msg := &extprocv3.HttpBody{Body: bodies.get(b), EndOfStream: true}
 			if r := st.requestBody(ctx, msg); r.GetRequestBody() == nil {
 				b.Fatalf("rejected: %v", r)
 			}
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
+				msg.Body = bodies.get(b)
 				st.requestBody(ctx, msg)
 			}
 		})
@@ -71,7 +73,7 @@ func BenchmarkRequestBody(b *testing.B) {
 }
 
 func BenchmarkSSEChunk(b *testing.B) {
-	srv, _, _ := newTestServer(b, true)
+	srv := newBenchServer(b)
 	ctx := context.Background()
 	whole := []byte(contentEvent)
 	half := len(contentEvent) / 2

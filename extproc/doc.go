@@ -22,18 +22,24 @@
 //     routing and identity headers cannot be forged, the bearer key is
 //     checked, and the client's authorization header is removed so it never
 //     reaches a provider.
-//   - request body: the JSON is validated in one pass without decoding it,
-//     the model is resolved in the catalog (and checked against the key's
-//     model allow-list and the model's capabilities), embeddings inputs over
-//     the model's context window are truncated (embeddings.go), the request
-//     is admitted by the rate limiter (limits.go: requests per minute
-//     counted, tokens per minute checked against a prompt estimate; 429
-//     otherwise), streaming requests are made to ask for a usage chunk, and
-//     the reply sets the route headers (catalog.RouteHeader, and
-//     catalog.FirstHeader for the provider the model's routing policy
-//     prefers, policy.go) with clear_route_cache so the data plane re-routes
-//     onto the model's clusters. The body stays in OpenAI's format with the
-//     client's model id.
+//   - request body: the JSON is validated in one pass without decoding it
+//     (jsonscan.go), which also finds the members the gateway reads and
+//     counts the prompt for the token estimate, the model is resolved in
+//     the catalog (and checked against the key's model allow-list and the
+//     model's capabilities), embeddings inputs over the model's context
+//     window are truncated (embeddings.go), the request is admitted by the
+//     rate limiter (limits.go: requests per minute counted, tokens per
+//     minute checked against a prompt estimate; 429 otherwise), streaming
+//     requests are made to ask for a usage chunk, and the reply sets the
+//     route headers (catalog.RouteHeader, and catalog.FirstHeader for the
+//     provider the model's routing policy prefers, policy.go) with
+//     clear_route_cache so the data plane re-routes onto the model's
+//     clusters. The body stays in OpenAI's format; when the first choice
+//     is an OpenAI-compatible provider it already carries that provider's
+//     upstream model, and x-switchyard-prepared names the provider, so that
+//     the first attempt's upstream phase can skip the body (request.go,
+//     route; upstream.go). Edits to a body are made in place when its
+//     buffer has room, as a gRPC message's nearly always has.
 //   - response headers: JSON bodies are switched to BUFFERED and event
 //     streams to STREAMED so token usage can be read, and the admission's
 //     x-ratelimit-* headers are set.

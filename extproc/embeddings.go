@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/tidwall/gjson"
 
 	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/tokenizer"
@@ -83,34 +82,55 @@ type embeddingsRequest struct {
 }
 
 // parseEmbeddings validates an embeddings request body as OpenAI does. The
-// body is read in place and not modified.
+// body is read in place, validated in the same pass that finds its members
+// (jsonscan.go), and not modified.
 func parseEmbeddings(body []byte) (embeddingsRequest, *apierror.Error) {
 	var r embeddingsRequest
-	if !gjson.ValidBytes(body) {
-		return r, apierror.InvalidJSON()
-	}
 	s := bytesString(body)
 	start := skipSpace(s, 0)
-	if start >= len(s) || s[start] != '{' {
+	if start < len(s) && s[start] != '{' {
+		if !validJSON(s) {
+			return r, apierror.InvalidJSON()
+		}
 		return r, &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_type",
 			Message: "The request body must be a JSON object."}
 	}
-	for it := newIter(s, start); it.next(); {
-		if it.key == "messages" {
-			// The upstream phase tells chat from embeddings bodies by
-			// this member (upstream.go), and OpenAI refuses it here too.
-			return r, &apierror.Error{Status: http.StatusBadRequest, Code: "unknown_parameter", Param: "messages",
-				Message: "Unrecognized request argument supplied: messages"}
-		}
-		f := embeddingFieldIndex(it.key)
-		if f < 0 {
-			continue
-		}
-		// As for chat: parsers disagree on duplicates, so refuse them.
-		if r.fields[f].present() {
-			return r, apierror.InvalidParam(embeddingFieldNames[f], "Duplicate key '%s' in the request body.", embeddingFieldNames[f])
-		}
-		r.fields[f] = span{it.val, it.end}
+	// The members are noted in the same pass that validates the body; the
+	// first member-level error is reported once the whole body is known
+	// to be JSON.
+	var memberErr *apierror.Error
+	end := -1
+	if start < len(s) {
+		end = scanObject(s, start, 1, func(key string, v int) int {
+			e := scanValue(s, v, 2)
+			if e < 0 || memberErr != nil {
+				return e
+			}
+			if key == "messages" {
+				// The upstream phase tells chat from embeddings bodies by
+				// this member (upstream.go), and OpenAI refuses it here too.
+				memberErr = &apierror.Error{Status: http.StatusBadRequest, Code: "unknown_parameter", Param: "messages",
+					Message: "Unrecognized request argument supplied: messages"}
+				return e
+			}
+			f := embeddingFieldIndex(key)
+			if f < 0 {
+				return e
+			}
+			// As for chat: parsers disagree on duplicates, so refuse them.
+			if r.fields[f].present() {
+				memberErr = apierror.InvalidParam(embeddingFieldNames[f], "Duplicate key '%s' in the request body.", embeddingFieldNames[f])
+				return e
+			}
+			r.fields[f] = span{v, e}
+			return e
+		})
+	}
+	if end < 0 || skipSpace(s, end) != len(s) {
+		return r, apierror.InvalidJSON()
+	}
+	if memberErr != nil {
+		return r, memberErr
 	}
 	raw := func(f int) string { return s[r.fields[f].start:r.fields[f].end] }
 
@@ -252,7 +272,7 @@ func (st *stream) embeddingsBody(ctx context.Context, body []byte) *extprocv3.Pr
 		return immediate(&apierror.Error{Status: http.StatusBadRequest, Code: "unsupported_parameter", Param: "dimensions",
 			Message: fmt.Sprintf("The model `%s` does not support specifying dimensions.", clip(mr.id))})
 	}
-	out, estimate := st.truncateInputs(body, &req, mr)
+	edits, estimate := st.truncateInputs(body, &req, mr)
 	if resp := st.admit(ctx, func() int64 { return estimate }); resp != nil {
 		return resp
 	}
@@ -260,15 +280,16 @@ func (st *stream) embeddingsBody(ctx context.Context, body []byte) *extprocv3.Pr
 	if t == nil {
 		return immediate(unsupportedModel(mr.id, opEmbeddings))
 	}
-	return st.route(mr, t, out)
+	return st.route(ctx, body, mr, t, req.fields[eModel], edits)
 }
 
 // truncateInputs cuts the inputs longer than the model's context window
-// (see the note at the top of this file). It returns the new body, or nil
-// when no input was cut, and the request's token estimate for admission: a
+// (see the note at the top of this file). It returns the edits that cut
+// them, in order of position (none when no input was cut), and the
+// request's token estimate for admission: a
 // token per 4 bytes of each text (as for chat; the raw JSON length) and the
 // ids of each token array, after truncation, at least 1 per input.
-func (st *stream) truncateInputs(body []byte, req *embeddingsRequest, mr *modelRoute) ([]byte, int64) {
+func (st *stream) truncateInputs(body []byte, req *embeddingsRequest, mr *modelRoute) ([]edit, int64) {
 	limit := mr.contextWindow
 	var edits []edit
 	var estimate int64
@@ -308,10 +329,7 @@ func (st *stream) truncateInputs(body []byte, req *embeddingsRequest, mr *modelR
 		}
 		estimate += max(int64(min((size+bytesPerToken-1)/bytesPerToken, limit)), 1)
 	}
-	if len(edits) == 0 {
-		return nil, estimate
-	}
-	return splice(body, edits), estimate
+	return edits, estimate
 }
 
 // truncateText returns text cut to at most limit tokens, and whether it cut.

@@ -341,6 +341,13 @@ func chatBody(model string, extra ...string) string {
 	return b.String()
 }
 
+// prepared is body as the downstream phase sends it on when the first
+// choice is an OpenAI-kind provider that serves model as upstream: with the
+// upstream model in place of the client's (request.go, route).
+func prepared(body, model, upstream string) string {
+	return strings.Replace(body, `"model":"`+model+`"`, `"model":"`+upstream+`"`, 1)
+}
+
 // waitFor polls cond for up to a second; for effects of a stream ending,
 // which the client cannot observe directly.
 func waitFor(t *testing.T, cond func() bool) {

@@ -13,7 +13,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/tidwall/gjson"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -284,38 +283,10 @@ func immediateWith(e *apierror.Error, extra []*corev3.HeaderValueOption) *extpro
 // bytes per token is the usual rule of thumb for English text with BPE
 // tokenizers. Images, audio and files are not estimated: they are charged
 // at their real cost when the response ends. The raw JSON lengths are used
-// without unescaping, which slightly overcounts escaped text.
-func estimatePromptTokens(body []byte, req *chatRequest) int64 {
-	sp := req.fields[fMessages]
-	if !sp.present() {
-		return minPromptEstimate
-	}
-	var textBytes, messages int64
-	strLen := func(r gjson.Result) int64 {
-		if r.Type != gjson.String {
-			return 0
-		}
-		return int64(max(len(r.Raw)-2, 0)) // without the quotes
-	}
-	gjson.Parse(bytesString(body[sp.start:sp.end])).ForEach(func(_, m gjson.Result) bool {
-		messages++
-		c := m.Get("content")
-		if c.IsArray() {
-			c.ForEach(func(_, part gjson.Result) bool {
-				textBytes += strLen(part.Get("text"))
-				return true
-			})
-		} else {
-			textBytes += strLen(c)
-		}
-		textBytes += strLen(m.Get("name"))
-		m.Get("tool_calls").ForEach(func(_, tc gjson.Result) bool {
-			textBytes += strLen(tc.Get("function.name")) + strLen(tc.Get("function.arguments"))
-			return true
-		})
-		return true
-	})
-	est := (textBytes+bytesPerToken-1)/bytesPerToken + tokensPerMessage*messages
+// without unescaping, which slightly overcounts escaped text. parseChat
+// counts the text as it validates the messages, so this reads nothing.
+func estimatePromptTokens(_ []byte, req *chatRequest) int64 {
+	est := (req.textBytes+bytesPerToken-1)/bytesPerToken + tokensPerMessage*req.messages
 	return max(est, minPromptEstimate)
 }
 

@@ -34,6 +34,15 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.GetValue()
 }
 
+// headerView is headerValue without the copy: valid only while the message
+// that holds the header is, which is until the handler returns.
+func headerView(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return bytesString(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
 // immediate answers the client with e and ends processing. extra are
 // additional header name/value pairs.
 func immediate(e *apierror.Error, extra ...string) *extprocv3.ProcessingResponse {

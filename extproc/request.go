@@ -1,12 +1,17 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -25,6 +30,11 @@ const (
 	chatPath       = "/v1/chat/completions"
 	embeddingsPath = "/v1/embeddings"
 	modelsPath     = "/v1/models"
+
+	// preparedHeader names the provider whose attempt the downstream phase
+	// already prepared the body for (route, below; upstream.go). Internal:
+	// a client's is removed with the other x-switchyard- headers.
+	preparedHeader = catalog.InternalHeaderPrefix + "prepared"
 
 	// lookupTimeout bounds a key lookup well inside Envoy's 10 s
 	// message_timeout, so a stuck key store gives clients a retryable 503
@@ -48,21 +58,21 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 	nAuth := 0
 	// The client's authorization must never reach a provider or backend,
 	// whatever the path; internal headers must never come from a client.
-	remove := []string{"authorization"}
+	var internal []string
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		name := strings.ToLower(hv.GetKey()) // Envoy sends lower case already; no copy then
 		switch {
 		case name == ":method":
-			method = headerValue(hv)
+			method = headerView(hv)
 		case name == ":path":
-			path = headerValue(hv)
+			path = headerView(hv)
 		case name == "authorization":
 			authz = headerValue(hv)
 			nAuth++
 		case name == "x-request-id":
 			st.requestID = headerValue(hv)
 		case catalog.IsInternalHeader(name):
-			remove = append(remove, name)
+			internal = append(internal, name)
 		}
 	}
 	if !st.srv.Ready() {
@@ -73,10 +83,8 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 		return immediate(e)
 	}
 	st.key = k
-	md := metadata(map[string]*structpb.Value{
-		"key_id": structpb.NewStringValue(k.LimitID()),
-		"tier":   structpb.NewStringValue(k.Tier),
-	})
+	st.keyMeta = st.srv.keyMetaOf(&k)
+	md := st.keyMeta.headers
 
 	p, _, _ := strings.Cut(path, "?")
 	switch {
@@ -90,11 +98,8 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 		// Not ours (yet): pass it on with only the header clean-up, and
 		// skip the remaining phases rather than buffer bodies we would
 		// not read. The route table answers unknown paths.
-		resp := requestHeadersReply(&extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: remove},
-		})
-		resp.ModeOverride = modeOverride(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_SKIP)
-		resp.DynamicMetadata = md
+		resp := newHeadersReply(removing(removeAuth, internal), md)
+		resp.ModeOverride = passThroughMode
 		return resp
 	}
 	if method != http.MethodPost {
@@ -109,12 +114,108 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 	}
 	// Providers must answer uncompressed, or usage cannot be read from the
 	// response (the OpenAI SDKs send accept-encoding: gzip).
-	remove = append(remove, "accept-encoding")
-	resp := requestHeadersReply(&extprocv3.CommonResponse{
-		HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: remove},
-	})
-	resp.DynamicMetadata = md
-	return resp
+	return newHeadersReply(removing(removeAuthEncoding, internal), md)
+}
+
+// headersReply is a request headers reply that removes headers and sets
+// metadata, its parts allocated together.
+type headersReply struct {
+	resp extprocv3.ProcessingResponse
+	rh   extprocv3.ProcessingResponse_RequestHeaders
+	hr   extprocv3.HeadersResponse
+	cr   extprocv3.CommonResponse
+	hm   extprocv3.HeaderMutation
+}
+
+func newHeadersReply(remove []string, md *structpb.Struct) *extprocv3.ProcessingResponse {
+	r := &headersReply{}
+	r.hm.RemoveHeaders = remove
+	r.cr.HeaderMutation = &r.hm
+	r.hr.Response = &r.cr
+	r.rh.RequestHeaders = &r.hr
+	r.resp.Response = &r.rh
+	r.resp.DynamicMetadata = md
+	return &r.resp
+}
+
+// passThroughMode is the mode for a request extproc does not read: no
+// bodies, no response headers.
+var passThroughMode = modeOverride(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_SKIP)
+
+// Headers the request headers phase removes, shared by replies (never
+// modified: removing copies before it appends).
+var (
+	removeAuth         = []string{"authorization"}
+	removeAuthEncoding = []string{"authorization", "accept-encoding"}
+)
+
+// removing returns base and the internal headers a client sent.
+func removing(base, internal []string) []string {
+	if len(internal) == 0 {
+		return base
+	}
+	return append(slices.Clip(base), internal...)
+}
+
+// keyMeta is a key's dynamic metadata, built once per key and shared by
+// the replies of its requests (never modified).
+type keyMeta struct {
+	// What it was built from: the key's limit id, tier and TPM.
+	limitID, tierName string
+	tpm               int64
+	keyID, tier       *structpb.Value
+	// headers is the request headers reply's metadata.
+	headers *structpb.Struct
+	// routes holds the request body reply's metadata by *target (which
+	// names the model and provider too), nRoutes counts them.
+	routes  sync.Map
+	nRoutes atomic.Int64
+}
+
+// Bounds on the cached metadata: past them a cache starts over.
+const (
+	maxKeyMeta   = 1 << 16 // keys
+	maxRouteMeta = 256     // targets per key (each catalog has its own)
+)
+
+// keyMetaOf returns k's metadata.
+func (s *Server) keyMetaOf(k *keys.Key) *keyMeta {
+	limitID := k.LimitID()
+	if v, ok := s.keyMeta.Load(k.ID); ok {
+		if m := v.(*keyMeta); m.limitID == limitID && m.tierName == k.Tier && m.tpm == k.TPM {
+			return m
+		}
+	}
+	m := &keyMeta{limitID: limitID, tierName: k.Tier, tpm: k.TPM,
+		keyID: structpb.NewStringValue(limitID), tier: structpb.NewStringValue(k.Tier)}
+	m.headers = metadata(map[string]*structpb.Value{"key_id": m.keyID, "tier": m.tier})
+	if s.keyMetaN.Add(1) > maxKeyMeta {
+		s.keyMeta.Clear()
+		s.keyMetaN.Store(0)
+	}
+	s.keyMeta.Store(k.ID, m)
+	return m
+}
+
+// routeMetadata is the request body reply's metadata: the key's, the model
+// and the first provider.
+func (st *stream) routeMetadata(mr *modelRoute, t *target) *structpb.Struct {
+	if st.keyMeta == nil { // no request headers phase (benchmarks)
+		st.keyMeta = st.srv.keyMetaOf(&st.key)
+	}
+	km := st.keyMeta
+	if v, ok := km.routes.Load(t); ok {
+		return v.(*structpb.Struct)
+	}
+	fields := map[string]*structpb.Value{"key_id": km.keyID, "tier": km.tier, "model": mr.metaID, "provider": t.provider.metaName}
+	st.limitMetadata(fields)
+	md := metadata(fields)
+	if km.nRoutes.Add(1) > maxRouteMeta {
+		km.routes.Clear()
+		km.nRoutes.Store(0)
+	}
+	km.routes.Store(t, md)
+	return md
 }
 
 // authenticate checks the bearer key. Errors are ready to send.
@@ -178,8 +279,9 @@ func (st *stream) requestBody(ctx context.Context, b *extprocv3.HttpBody) *extpr
 }
 
 // chatBody handles a chat completion request. The body goes on in OpenAI's
-// format with the client's model id: the upstream phase (upstream.go)
-// rewrites it for whichever provider each attempt reaches.
+// format; route prepares it for the first attempt when it can, and the
+// upstream phase (upstream.go) rewrites it for whichever provider any other
+// attempt reaches.
 func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.ProcessingResponse {
 	req, e := parseChat(body)
 	if e != nil {
@@ -200,49 +302,91 @@ func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.Processi
 	if t == nil {
 		return immediate(unsupportedModel(mr.id, opChat))
 	}
-	out, err := addIncludeUsage(body, &req)
-	if err != nil {
+	var buf [2]edit
+	edits := buf[:0]
+	if ed, ok, err := includeUsageEdit(body, &req); err != nil {
 		st.srv.log.Error("extproc: rewriting request body", "request_id", st.requestID, "error", err)
 		return immediate(errInternalBody)
+	} else if ok {
+		edits = append(edits, ed)
 	}
 	// The gateway asked for the usage chunk on the client's behalf; it is
 	// cut out of the response again.
 	st.sse.drop = req.stream && !req.includeUsage
-	return st.route(mr, t, out)
+	return st.route(ctx, body, mr, t, req.fields[fModel], edits)
 }
 
 // route records the routing decision and answers the request body message:
 // the route headers with clear_route_cache, so the data plane re-matches
-// the route onto the model's clusters, and the body if it changed (out is
-// nil when it did not).
-func (st *stream) route(mr *modelRoute, t *target, out []byte) *extprocv3.ProcessingResponse {
+// the route onto the model's clusters, and the body if it changed.
+//
+// The prepared first attempt: when the first-choice provider is
+// OpenAI-compatible, the body already gets that provider's upstream model
+// (one more edit in the same splice) and the reply names the provider in
+// preparedHeader. The upstream phase of an attempt on that provider then
+// needs nothing from the body, and answers the request headers with a
+// mode_override that skips the request body message (upstream.go,
+// preparedAttempt): one ext_proc exchange per attempt instead of two. Any
+// other attempt rewrites the model from the canonical id
+// (catalog.RouteHeader), not from the body. The credential is the upstream
+// phase's to set, for every attempt: the header map is shared by all
+// attempts (see upstream.go), so one set here would be wrong for an attempt
+// on another provider before this one.
+//
+// edits are the request's own changes to the body, in order of position;
+// model is where the body's model value lies.
+func (st *stream) route(ctx context.Context, body []byte, mr *modelRoute, t *target, model span, edits []edit) *extprocv3.ProcessingResponse {
 	st.routed, st.model, st.provider = true, mr.id, t.provider.name
-	hm := &extprocv3.HeaderMutation{SetHeaders: make([]*corev3.HeaderValueOption, 2, 3)}
-	hm.SetHeaders[0] = setHeader(catalog.RouteHeader, mr.id)
-	hm.SetHeaders[1] = setHeader(catalog.FirstHeader, t.provider.name)
-	cr := &extprocv3.CommonResponse{
-		HeaderMutation: hm,
-		// Re-match the route on the headers just set; Envoy ignores this
-		// unless the same reply carries a header mutation, as this one does.
-		ClearRouteCache: true,
+	prepared := t.provider.kind == kindOpenAI
+	if prepared && !bytes.Equal(body[model.start:model.end], t.modelJSON) {
+		edits = insertEdit(edits, edit{model.start, model.end, t.modelJSON})
 	}
-	if out != nil {
+	r := &routeReply{}
+	hm := &r.hm
+	hm.SetHeaders = append(r.set[:0], mr.routeHeader, t.firstHeader)
+	if prepared {
+		hm.SetHeaders = append(hm.SetHeaders, t.preparedHeader)
+	}
+	// Re-match the route on the headers just set; Envoy ignores this unless
+	// the same reply carries a header mutation, as this one does.
+	r.cr.HeaderMutation, r.cr.ClearRouteCache = hm, true
+	if len(edits) > 0 {
+		out := rewrite(body, edits, st.ownsBody)
 		// Envoy rejects a replaced body whose content-length disagrees.
-		hm.SetHeaders = append(hm.SetHeaders, setHeader("content-length", strconv.Itoa(len(out))))
-		cr.BodyMutation = bodyMutation(out)
+		r.clValue.Key, r.clValue.RawValue = "content-length", strconv.AppendInt(r.clDigits[:0], int64(len(out)), 10)
+		r.cl.Header, r.cl.AppendAction = &r.clValue, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		hm.SetHeaders = append(hm.SetHeaders, &r.cl)
+		r.bodyMut.Body = out
+		r.bm.Mutation = &r.bodyMut
+		r.cr.BodyMutation = &r.bm
 	}
-	resp := requestBodyReply(cr)
-	fields := map[string]*structpb.Value{
-		"key_id":   structpb.NewStringValue(st.key.LimitID()),
-		"tier":     structpb.NewStringValue(st.key.Tier),
-		"model":    structpb.NewStringValue(mr.id),
-		"provider": structpb.NewStringValue(t.provider.name),
+	r.br.Response = &r.cr
+	r.rb.RequestBody = &r.br
+	r.resp.Response = &r.rb
+	r.resp.DynamicMetadata = st.routeMetadata(mr, t)
+	resp := &r.resp
+	if st.srv.log.Enabled(ctx, slog.LevelDebug) {
+		st.srv.log.Debug("extproc: routed", "request_id", st.requestID, "key_id", st.key.ID, "model", mr.id,
+			"first_provider", t.provider.name, "prepared", prepared)
 	}
-	st.limitMetadata(fields)
-	resp.DynamicMetadata = metadata(fields)
-	st.srv.log.Debug("extproc: routed", "request_id", st.requestID, "key_id", st.key.ID, "model", mr.id,
-		"first_provider", t.provider.name)
 	return resp
+}
+
+// routeReply is route's reply, its parts allocated together: one
+// allocation where building them one by one takes about fifteen, on every
+// request. Never copied: the parts point at each other.
+type routeReply struct {
+	resp     extprocv3.ProcessingResponse
+	rb       extprocv3.ProcessingResponse_RequestBody
+	br       extprocv3.BodyResponse
+	cr       extprocv3.CommonResponse
+	hm       extprocv3.HeaderMutation
+	set      [4]*corev3.HeaderValueOption
+	cl       corev3.HeaderValueOption // content-length
+	clValue  corev3.HeaderValue
+	clDigits [20]byte
+	bm       extprocv3.BodyMutation
+	bodyMut  extprocv3.BodyMutation_Body
 }
 
 // unsupportedModel is the error for a model that exists but does not serve
@@ -262,40 +406,68 @@ var (
 	includeUsageObject = []byte(`{"include_usage":true}`)
 )
 
-// addIncludeUsage returns the body with stream_options.include_usage set
-// for a stream whose client did not ask for usage, or nil when the body
+// includeUsageEdit returns the edit that sets stream_options.include_usage
+// for a stream whose client did not ask for usage, and false when the body
 // needs no change.
 //
 // Validation already found where stream_options lies, so the edit is
-// spliced into a single new body: one copy, however large the prompt. sjson
-// edits only the small stream_options object; running sjson.SetBytes on the
-// whole body would copy all of it and rescan it to find the key.
-func addIncludeUsage(body []byte, r *chatRequest) ([]byte, error) {
+// spliced into the body with the others: one copy at most, however large
+// the prompt. sjson edits only the small stream_options object; running
+// sjson.SetBytes on the whole body would copy all of it and rescan it to
+// find the key.
+func includeUsageEdit(body []byte, r *chatRequest) (edit, bool, error) {
 	if !r.stream || r.includeUsage {
-		return nil, nil
+		return edit{}, false, nil
 	}
-	var start, end int
-	var repl []byte
 	switch so := r.fields[fStreamOptions]; {
 	case !so.present():
-		start, end, repl = r.end, r.end, includeUsageMember
+		return edit{r.end, r.end, includeUsageMember}, true, nil
 	case body[so.start] == 'n': // null
-		start, end, repl = so.start, so.end, includeUsageObject
+		return edit{so.start, so.end, includeUsageObject}, true, nil
 	default:
 		// Cap the capacity so sjson can never write into the body.
 		obj, err := sjson.SetBytes(body[so.start:so.end:so.end], "include_usage", true)
 		if err != nil {
-			return nil, fmt.Errorf("setting stream_options.include_usage: %w", err)
+			return edit{}, false, fmt.Errorf("setting stream_options.include_usage: %w", err)
 		}
-		start, end, repl = so.start, so.end, obj
+		return edit{so.start, so.end, obj}, true, nil
 	}
-	return splice(body, []edit{{start, end, repl}}), nil
 }
 
-// edit replaces body[start:end] with repl.
+// edit replaces body[start:end] with repl. repl never shares memory with
+// the body.
 type edit struct {
 	start, end int
 	repl       []byte
+}
+
+// insertEdit adds e to edits, keeping them in order of position.
+func insertEdit(edits []edit, e edit) []edit {
+	i := len(edits)
+	for i > 0 && edits[i-1].start > e.start {
+		i--
+	}
+	return slices.Insert(edits, i, e)
+}
+
+// rewrite applies edits (in order of position, not overlapping) to body:
+// in place when inPlace (the caller owns the body: it came in a gRPC
+// message that nothing else holds) and the body's spare capacity takes the
+// growth, otherwise into a new buffer.
+//
+// A gRPC message's bytes field is allocated to the size class or page
+// above its length, so a large body nearly always has a few kilobytes to
+// spare, and the usual edits (include_usage at the end, the model) grow it
+// by tens of bytes: in place, a megabytes prompt is neither copied nor
+// allocated again, and only the bytes after the first edit that changes
+// the length are moved.
+func rewrite(body []byte, edits []edit, inPlace bool) []byte {
+	if inPlace {
+		if out, ok := spliceInPlace(body, edits); ok {
+			return out
+		}
+	}
+	return splice(body, edits)
 }
 
 // splice applies edits, in order of position and not overlapping, to body
@@ -313,4 +485,50 @@ func splice(body []byte, edits []edit) []byte {
 		prev = e.end
 	}
 	return append(out, body[prev:]...)
+}
+
+// spliceInPlace is splice within body's own array, if its capacity allows.
+// The unchanged segments between edits move by the edits' growth so far:
+// those moving right are moved last first and those moving left first
+// first, so that no segment is overwritten before it has moved (a segment
+// only ever lands beyond the segments before it and short of those after
+// it); then the replacements are written between them.
+func spliceInPlace(body []byte, edits []edit) ([]byte, bool) {
+	size := len(body)
+	for _, e := range edits {
+		size += len(e.repl) - (e.end - e.start)
+	}
+	if size > cap(body) {
+		return nil, false
+	}
+	out := body[:size]
+	// Segment k runs from the end of edit k-1 to the start of edit k (the
+	// end of the body for the last) and moves by the growth of edits
+	// 0..k-1; segment 0, before the first edit, stays.
+	segEnd := func(k int) int {
+		if k < len(edits) {
+			return edits[k].start
+		}
+		return len(body)
+	}
+	shift := size - len(body)
+	for k := len(edits); k > 0; k-- {
+		e := edits[k-1]
+		if shift > 0 {
+			copy(out[e.end+shift:], body[e.end:segEnd(k)])
+		}
+		shift -= len(e.repl) - (e.end - e.start)
+	}
+	for k := 1; k <= len(edits); k++ {
+		e := edits[k-1]
+		if shift += len(e.repl) - (e.end - e.start); shift < 0 {
+			copy(out[e.end+shift:], body[e.end:segEnd(k)])
+		}
+	}
+	shift = 0
+	for _, e := range edits {
+		copy(out[e.start+shift:], e.repl)
+		shift += len(e.repl) - (e.end - e.start)
+	}
+	return out, true
 }

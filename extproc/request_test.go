@@ -272,16 +272,22 @@ func TestRouting(t *testing.T) {
 	if set[catalog.FirstHeader] != "openai" {
 		t.Errorf("%s = %q, want the first provider", catalog.FirstHeader, set[catalog.FirstHeader])
 	}
-	// Credentials and the model rewrite are the upstream phase's, per
-	// attempt: the downstream phase sends the canonical body on.
+	// The first choice is OpenAI-kind: the body is prepared for it (its
+	// upstream model, and nothing else), and the upstream phase of that
+	// attempt is told so. Credentials are the upstream phase's, per
+	// attempt.
 	if _, ok := set["authorization"]; ok {
 		t.Error("authorization set in the downstream phase")
 	}
-	if cr.GetBodyMutation() != nil {
-		t.Errorf("body changed for a non-streaming request: %s", cr.GetBodyMutation().GetBody())
+	if set[preparedHeader] != "openai" {
+		t.Errorf("%s = %q, want the first provider", preparedHeader, set[preparedHeader])
 	}
-	if _, ok := set["content-length"]; ok {
-		t.Error("content-length set for an unchanged body")
+	want := prepared(body, "openai/gpt-4o", "gpt-4o-2024-08-06")
+	if got := string(cr.GetBodyMutation().GetBody()); got != want {
+		t.Errorf("body = %s, want %s", got, want)
+	}
+	if set["content-length"] != strconv.Itoa(len(want)) {
+		t.Errorf("content-length = %q for %d bytes", set["content-length"], len(want))
 	}
 	md := metaFields(t, resp)
 	for k, v := range map[string]string{"key_id": "key_0123456789abcdef", "tier": "standard", "model": "openai/gpt-4o", "provider": "openai"} {
@@ -338,17 +344,14 @@ func TestStreamOptionsRewrite(t *testing.T) {
 			e.do(chatHeaders(goodKey))
 			sent := chatBody("openai/gpt-4o", tt.extra...)
 			cr := e.do(reqBody(sent)).GetRequestBody().GetResponse()
-			body := []byte(sent)
-			if bm := cr.GetBodyMutation(); bm != nil {
-				if !tt.dropsUsage {
-					t.Errorf("body changed: %s", bm.GetBody())
-				}
-				body = bm.GetBody()
-				if setHeaders(cr.GetHeaderMutation())["content-length"] != strconv.Itoa(len(body)) {
-					t.Error("content-length does not match the body")
-				}
-			} else if tt.dropsUsage {
-				t.Fatal("include_usage not added")
+			// The model is rewritten in any case, for the prepared first
+			// attempt (TestRouting).
+			body := cr.GetBodyMutation().GetBody()
+			if !tt.dropsUsage && string(body) != prepared(sent, "openai/gpt-4o", "gpt-4o-2024-08-06") {
+				t.Errorf("body changed beyond the model: %s", body)
+			}
+			if setHeaders(cr.GetHeaderMutation())["content-length"] != strconv.Itoa(len(body)) {
+				t.Error("content-length does not match the body")
 			}
 			if !json.Valid(body) {
 				t.Fatalf("not JSON: %s", body)
@@ -356,8 +359,8 @@ func TestStreamOptionsRewrite(t *testing.T) {
 			if got := gjson.GetBytes(body, "stream_options").Raw; got != tt.wantOpts {
 				t.Errorf("stream_options = %s, want %s", got, tt.wantOpts)
 			}
-			if got := gjson.GetBytes(body, "model").String(); got != "openai/gpt-4o" {
-				t.Errorf("model = %q, want the client's", got)
+			if got := gjson.GetBytes(body, "model").String(); got != "gpt-4o-2024-08-06" {
+				t.Errorf("model = %q, want the first provider's upstream model", got)
 			}
 		})
 	}

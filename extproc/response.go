@@ -69,6 +69,7 @@ func (st *stream) responseHeaders(_ context.Context, h *extprocv3.HttpHeaders) *
 
 // responseBody handles the response body in the mode responseHeaders chose.
 func (st *stream) responseBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	st.chunkReplies()
 	switch st.kind {
 	case respSSE:
 		return st.sseChunk(ctx, b)

@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
@@ -80,6 +82,15 @@ type provider struct {
 	// authorization is "Bearer <credential>" for OpenAI-kind providers.
 	authorization string
 	health        *providerHealth
+
+	// Built once per catalog for the upstream phase's replies, and shared
+	// by them (never modified): the credential header of an OpenAI-kind
+	// provider (nil without one) and the vendor headers its attempts
+	// remove.
+	authHeader   *corev3.HeaderValueOption
+	removeOpenAI []string
+	// metaName is the provider's name as dynamic metadata.
+	metaName *structpb.Value
 }
 
 // modelRoute is one client-visible model and the providers that serve it.
@@ -98,6 +109,10 @@ type modelRoute struct {
 	chat, embeddings bool
 	// listing is the model's object in GET /v1/models, rendered once.
 	listing []byte
+	// routeHeader (catalog.RouteHeader) and metaID (the id as dynamic
+	// metadata), built once and shared by replies.
+	routeHeader *corev3.HeaderValueOption
+	metaID      *structpb.Value
 }
 
 // target is everything the request path needs to send a request to one
@@ -111,6 +126,11 @@ type target struct {
 	home      bool // in the gateway's home region
 	// Upstream paths (including the base path) for each operation.
 	chatPath, streamPath, embedPath string
+	// Header mutations built once and shared by replies: the first-choice
+	// and prepared headers naming the provider (request.go), and :path
+	// for OpenAI-kind chat and embeddings attempts.
+	firstHeader, preparedHeader *corev3.HeaderValueOption
+	chatPathHeader, embedHeader *corev3.HeaderValueOption
 }
 
 // target returns the model's target on the named provider.
@@ -188,6 +208,7 @@ func (s *Server) newProvider(p config.Provider) (*provider, error) {
 		health:   s.healthOf(p.Name),
 	}
 	if p.APIKeyEnv == "" {
+		pr.finish()
 		return pr, nil
 	}
 	cred := strings.TrimSpace(s.getenv(p.APIKeyEnv))
@@ -203,7 +224,25 @@ func (s *Server) newProvider(p config.Provider) (*provider, error) {
 	if kind == kindOpenAI {
 		pr.authorization = "Bearer " + cred
 	}
+	pr.finish()
 	return pr, nil
+}
+
+// finish builds the provider's shared reply parts.
+func (p *provider) finish() {
+	p.metaName = structpb.NewStringValue(p.name)
+	if p.kind != kindOpenAI {
+		return
+	}
+	for _, h := range vendorHeaders {
+		if h != "authorization" || p.authorization == "" {
+			p.removeOpenAI = append(p.removeOpenAI, h)
+		}
+	}
+	p.removeOpenAI = slices.Clip(p.removeOpenAI)
+	if p.authorization != "" {
+		p.authHeader = setHeader("authorization", p.authorization)
+	}
 }
 
 func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (*modelRoute, error) {
@@ -262,6 +301,9 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 			t.chatPath = p.basePath + "/chat/completions"
 			t.streamPath = t.chatPath
 			t.embedPath = p.basePath + "/embeddings"
+			t.chatPathHeader = setHeader(":path", t.chatPath)
+			t.embedHeader = setHeader(":path", t.embedPath)
+			t.preparedHeader = setHeader(preparedHeader, p.name)
 		case kindAnthropic:
 			t.chatPath = p.basePath + anthropic.Path(false)
 			t.streamPath = p.basePath + anthropic.Path(true)
@@ -270,6 +312,7 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 			t.streamPath = p.basePath + gemini.ChatPath(mp.UpstreamModel, true)
 			t.embedPath = p.basePath + gemini.EmbedPath(mp.UpstreamModel)
 		}
+		t.firstHeader = setHeader(catalog.FirstHeader, p.name)
 		rs = append(rs, ranked{t, mp.Priority, i})
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -297,6 +340,8 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 		return nil, err
 	}
 	r.listing = listing
+	r.routeHeader = setHeader(catalog.RouteHeader, m.ID)
+	r.metaID = structpb.NewStringValue(m.ID)
 	return r, nil
 }
 

@@ -69,6 +69,11 @@ type Server struct {
 	routes atomic.Pointer[routeTable]
 	limits limiter
 
+	// keyMeta caches keys' dynamic metadata (*keyMeta by key id, request.go),
+	// keyMetaN counts its entries.
+	keyMeta  sync.Map
+	keyMetaN atomic.Int64
+
 	// mu guards the state kept across catalogs, by provider and model.
 	mu      sync.Mutex
 	health  map[string]*providerHealth
@@ -117,11 +122,17 @@ func (s *Server) Ready() bool { return s.routes.Load() != nil }
 // to each.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := ps.Context()
+	// Messages are unmarshalled afresh for this stream and held by nothing
+	// else, so the handlers may edit request bodies in place.
 	var h handler
 	if md, ok := grpcmd.FromIncomingContext(ctx); ok && firstValue(md, catalog.PhaseMetadata) == catalog.PhaseUpstream {
-		h = newUpstreamStream(s, firstValue(md, catalog.ProviderMetadata))
+		u := newUpstreamStream(s, firstValue(md, catalog.ProviderMetadata))
+		u.ownsBody = true
+		h = u
 	} else {
-		h = newStream(s)
+		st := newStream(s)
+		st.ownsBody = true
+		h = st
 	}
 	// A client that goes away after the usage chunk still used the tokens:
 	// record them even if the end of the response never reaches us.

@@ -43,8 +43,13 @@ type stream struct {
 	srv       *Server
 	requestID string // for logs only
 
-	op       operation // set for an authenticated POST of an endpoint extproc serves
-	key      keys.Key
+	op  operation // set for an authenticated POST of an endpoint extproc serves
+	key keys.Key
+	// keyMeta is the key's dynamic metadata (request.go).
+	keyMeta *keyMeta
+	// ownsBody: request bodies came in gRPC messages that nothing else
+	// holds, so they may be edited in place (request.go, rewrite).
+	ownsBody bool
 	routed   bool
 	model    string // canonical model id
 	provider string
@@ -58,22 +63,30 @@ type stream struct {
 	recorded  bool
 	limits    limitState
 
-	// Replies reused for every chunk of a streamed response so the per-chunk
-	// path does not allocate. Reuse is safe because Send serialises a reply
-	// before the next message is read, and nothing else holds them.
+	// Replies reused for every chunk of a response body so the per-chunk
+	// path does not allocate (chunkReplies makes them with the first
+	// chunk: most requests never have one). Reuse is safe because Send
+	// serialises a reply before the next message is read, and nothing else
+	// holds them.
 	passChunk *extprocv3.ProcessingResponse
 	editChunk *extprocv3.ProcessingResponse
 	editBody  *extprocv3.BodyMutation_Body
 }
 
 func newStream(s *Server) *stream {
-	st := &stream{srv: s}
+	return &stream{srv: s}
+}
+
+// chunkReplies makes the reused chunk replies if they are not made yet.
+func (st *stream) chunkReplies() {
+	if st.passChunk != nil {
+		return
+	}
 	st.passChunk = responseBodyReply(nil)
 	st.editBody = &extprocv3.BodyMutation_Body{}
 	st.editChunk = responseBodyReply(&extprocv3.CommonResponse{
 		BodyMutation: &extprocv3.BodyMutation{Mutation: st.editBody},
 	})
-	return st
 }
 
 // handle answers one message. A panic in a phase is turned into a gRPC

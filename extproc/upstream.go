@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/providers/anthropic"
 	"github.com/switchyard-ai/switchyard/providers/gemini"
 )
@@ -45,17 +47,33 @@ import (
 //
 // Envoy passes each attempt the same request header map, so changes an
 // earlier attempt made are still there (issue envoyproxy/ai-gateway#1387);
-// the body, by contrast, is copied afresh from the buffered original. So
-// everything this phase needs is read from the body (the canonical model id
-// and the operation), every header it sets is set on every attempt, and
-// the credential headers of the other kinds are removed, so that a
-// credential set for one provider never reaches the next.
+// the body, by contrast, is copied afresh from the buffered original (the
+// body as the downstream phase left it). So every header this phase sets is
+// set on every attempt, and the credential headers of the other kinds are
+// removed, so that a credential set for one provider never reaches the
+// next; the canonical model id comes from catalog.RouteHeader, which only
+// the downstream phase sets (the body's model may already be the upstream
+// model of the prepared provider), and the operation from the body.
+//
+// The prepared attempt (request.go, route): when the downstream phase
+// already rewrote the body for this attempt's provider (preparedHeader
+// names it), the request headers reply sets the headers and skips the
+// request body message with a mode_override (preparedAttempt): the body is
+// sent on as it is, and the attempt costs one ext_proc exchange less. That
+// relies on the header map being as the downstream phase left it (above
+// all content-length, which this phase cannot compute without the body),
+// so any other attempt removes preparedHeader: after it, an attempt on the
+// prepared provider reads and rewrites the body like any other.
 
 // upstreamStream is the state of one attempt.
 type upstreamStream struct {
 	srv          *Server
 	providerName string
 	requestID    string // for logs only
+	// canonical is the model id in catalog.RouteHeader ("" if absent).
+	canonical string
+	// ownsBody: as stream.ownsBody.
+	ownsBody bool
 
 	// Set by the request body phase once the request is sent on.
 	prov   *provider
@@ -108,12 +126,7 @@ func (st *upstreamStream) handle(ctx context.Context, req *extprocv3.ProcessingR
 	}()
 	switch m := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		for _, hv := range m.RequestHeaders.GetHeaders().GetHeaders() {
-			if hv.GetKey() == "x-request-id" {
-				st.requestID = headerValue(hv)
-			}
-		}
-		return requestHeadersReply(nil), nil
+		return st.requestHeaders(m.RequestHeaders), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.requestBody(m.RequestBody), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
@@ -139,6 +152,104 @@ func (st *upstreamStream) finish(context.Context) {
 		st.prov.health.observe(st.model.firstByteTimeout)
 	}
 }
+
+// requestHeaders notes what the attempt needs from the headers and answers
+// a prepared attempt at once.
+func (st *upstreamStream) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	var path, prepared string
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		switch hv.GetKey() {
+		case "x-request-id":
+			st.requestID = headerValue(hv)
+		case ":path":
+			path = headerView(hv)
+		case catalog.RouteHeader:
+			st.canonical = headerValue(hv)
+		case preparedHeader:
+			prepared = headerView(hv)
+		}
+	}
+	if prepared == "" {
+		return requestHeadersReply(nil)
+	}
+	if prepared == st.providerName {
+		if resp := st.preparedAttempt(path); resp != nil {
+			return resp
+		}
+	}
+	// This attempt rewrites the header map (content-length, :path, the
+	// credential) for its own body. A later attempt on the prepared
+	// provider must not trust the map then, so it is told nothing was
+	// prepared and reads the body like this one.
+	return requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: removePrepared})
+}
+
+// removePrepared is the header mutation that clears preparedHeader.
+var removePrepared = &extprocv3.HeaderMutation{RemoveHeaders: []string{preparedHeader}}
+
+// preparedAttempt answers the request headers of an attempt on the provider
+// the downstream phase prepared the body for: the headers an OpenAI-kind
+// attempt sets, and a mode_override that sends the body on without this
+// filter (request body NONE; response headers still SEND, for the latency
+// sample and cooldowns). It returns nil when the attempt cannot be answered
+// from the headers alone (a catalog that no longer routes the model there,
+// or, for a model that serves both operations, a path it does not know):
+// the body message then comes, and requestBody rewrites it as for any
+// attempt.
+func (st *upstreamStream) preparedAttempt(path string) *extprocv3.ProcessingResponse {
+	rt := st.srv.routes.Load()
+	if rt == nil {
+		return nil
+	}
+	p, m := rt.providers[st.providerName], rt.models[st.canonical]
+	if p == nil || m == nil || p.kind != kindOpenAI {
+		return nil
+	}
+	t := m.target(p.name)
+	if t == nil {
+		return nil
+	}
+	// The operation: the model's only one (the downstream phase refused
+	// the other), or else the client's path, which is as the downstream
+	// phase left it (another attempt would have removed preparedHeader;
+	// should a route have rewritten it, the body tells).
+	path, _, _ = strings.Cut(path, "?")
+	switch {
+	case m.chat && !m.embeddings, m.chat && path == chatPath:
+		st.op = opChat
+	case m.embeddings && !m.chat, m.embeddings && path == embeddingsPath:
+		st.op = opEmbeddings
+	default:
+		return nil
+	}
+	pathHeader := t.chatPathHeader
+	if st.op == opEmbeddings {
+		pathHeader = t.embedHeader
+	}
+	st.prov, st.model = p, m
+	hm := &extprocv3.HeaderMutation{
+		SetHeaders:    make([]*corev3.HeaderValueOption, 0, 3),
+		RemoveHeaders: p.removeOpenAI,
+	}
+	if p.authHeader != nil {
+		hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
+	}
+	hm.SetHeaders = append(hm.SetHeaders, pathHeader, contentTypeJSON)
+	// The request goes to the provider as soon as this reply is applied.
+	st.sent = time.Now()
+	resp := requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: hm})
+	resp.ModeOverride = preparedMode
+	return resp
+}
+
+var (
+	// preparedMode is the prepared attempt's mode_override: the filter's
+	// configured mode (upstream filter: request headers SEND, request body
+	// BUFFERED, response headers SEND, response body NONE, trailers SKIP)
+	// without the request body.
+	preparedMode    = modeOverride(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_SEND)
+	contentTypeJSON = setHeader("content-type", "application/json")
+)
 
 // upstreamBody is what the upstream phase reads of the canonical body.
 type upstreamBody struct {
@@ -188,7 +299,12 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 		return immediate(errInternalBody)
 	}
 	p := rt.providers[st.providerName]
-	modelID := str(bytesString(body[ub.model.start:ub.model.end]))
+	// The canonical id: the body's model may be the prepared provider's
+	// upstream model by now.
+	modelID := st.canonical
+	if modelID == "" {
+		modelID = str(bytesString(body[ub.model.start:ub.model.end]))
+	}
 	m := rt.models[modelID]
 	var t *target
 	if p != nil && m != nil {
@@ -216,19 +332,26 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 	var out []byte
 	var path string
 	var err error
+	unchanged := false
 	hm := &extprocv3.HeaderMutation{SetHeaders: make([]*corev3.HeaderValueOption, 0, 6)}
 	switch p.kind {
 	case kindOpenAI:
 		// The path is the provider's alone: a query string the client sent
 		// is not carried over (on a retry :path is an earlier attempt's
 		// anyway), so nothing a client adds to the URL reaches a provider.
-		out = splice(body, []edit{{ub.model.start, ub.model.end, t.modelJSON}})
+		// Unchanged (a retry on the prepared provider, a model that has
+		// the same name upstream), the body need not travel back.
+		unchanged = bytes.Equal(body[ub.model.start:ub.model.end], t.modelJSON)
+		out = body
+		if !unchanged {
+			out = rewrite(body, []edit{{ub.model.start, ub.model.end, t.modelJSON}}, st.ownsBody)
+		}
 		path = t.chatPath
 		if st.op == opEmbeddings {
 			path = t.embedPath
 		}
-		if p.authorization != "" {
-			hm.SetHeaders = append(hm.SetHeaders, setHeader("authorization", p.authorization))
+		if p.authHeader != nil {
+			hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
 		}
 	case kindAnthropic:
 		out, err = anthropic.TranslateRequest(body, t.upstreamModel, anthropic.Options{DropUnsupported: m.dropUnsupported})
@@ -279,7 +402,11 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 		hm.SetHeaders = append(hm.SetHeaders, setHeader("content-type", "application/json"))
 	}
 	st.sent = time.Now()
-	return requestBodyReply(&extprocv3.CommonResponse{HeaderMutation: hm, BodyMutation: bodyMutation(out)})
+	cr := &extprocv3.CommonResponse{HeaderMutation: hm}
+	if !unchanged {
+		cr.BodyMutation = bodyMutation(out)
+	}
+	return requestBodyReply(cr)
 }
 
 func hasHeader(set []*corev3.HeaderValueOption, name string) bool {

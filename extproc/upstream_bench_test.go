@@ -25,12 +25,15 @@ func BenchmarkUpstreamRequest(b *testing.B) {
 		{"anthropic/100KB", "claude", 100 << 10},
 	} {
 		body := []byte(strings.Replace(string(benchBody(b, tc.size)), `"openai/gpt-4o"`, `"acme/chat"`, 1))
-		msg := &extprocv3.HttpBody{Body: body, EndOfStream: true}
+		msg := &extprocv3.HttpBody{EndOfStream: true}
+		bodies := newBodies(body) // as in BenchmarkRequestPhase
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
+				msg.Body = bodies.get(b)
 				st := newUpstreamStream(srv, tc.provider)
+				st.ownsBody = true // as Process
 				if r := st.requestBody(msg); r.GetRequestBody() == nil {
 					b.Fatalf("refused: %v", r)
 				}

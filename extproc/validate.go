@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/switchyard-ai/switchyard/apierror"
 )
 
@@ -85,36 +83,64 @@ type chatRequest struct {
 	model        string
 	stream       bool
 	includeUsage bool // stream_options.include_usage is true
+	// The prompt's size for the token estimate (estimatePromptTokens):
+	// bytes of the messages' text and the number of messages.
+	textBytes, messages int64
 }
 
 // parseChat validates a chat completion request body as OpenAI does and
-// returns what routing needs. The body is read in place and not modified.
+// returns what routing needs. The body is read in place, in one pass
+// (jsonscan.go), and not modified.
 func parseChat(body []byte) (chatRequest, *apierror.Error) {
 	var r chatRequest
-	if !gjson.ValidBytes(body) {
-		return r, apierror.InvalidJSON()
-	}
 	s := bytesString(body)
 	start := skipSpace(s, 0)
-	if start >= len(s) || s[start] != '{' {
+	if start < len(s) && s[start] != '{' {
+		if !validJSON(s) {
+			return r, apierror.InvalidJSON()
+		}
 		return r, &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_type",
 			Message: "The request body must be a JSON object."}
 	}
-	it := newIter(s, start)
-	for it.next() {
-		r.end = it.end
-		f := fieldIndex(it.key)
-		if f < 0 {
-			continue
-		}
-		// Parsers disagree on duplicate keys (gjson takes the first, most
-		// providers the last), so a duplicate could make the gateway route
-		// and bill one model while the provider serves another. Refuse them.
-		if r.fields[f].present() {
-			return r, apierror.InvalidParam(fieldNames[f], "Duplicate key '%s' in the request body.", fieldNames[f])
-		}
-		r.fields[f] = span{it.val, it.end}
+	dup := -1
+	var msgs messageScan
+	end := -1
+	if start < len(s) {
+		end = scanObject(s, start, 1, func(key string, v int) int {
+			f := fieldIndex(key)
+			var e int
+			if f == fMessages && s[v] == '[' && !r.fields[fMessages].present() {
+				e = msgs.scan(s, v)
+			} else {
+				e = scanValue(s, v, 2)
+			}
+			if e < 0 {
+				return -1
+			}
+			r.end = e
+			if f >= 0 {
+				// Parsers disagree on duplicate keys (gjson takes the
+				// first, most providers the last), so a duplicate could
+				// make the gateway route and bill one model while the
+				// provider serves another. Refuse them.
+				if r.fields[f].present() {
+					if dup < 0 {
+						dup = f
+					}
+				} else {
+					r.fields[f] = span{v, e}
+				}
+			}
+			return e
+		})
 	}
+	if end < 0 || skipSpace(s, end) != len(s) {
+		return r, apierror.InvalidJSON()
+	}
+	if dup >= 0 {
+		return r, apierror.InvalidParam(fieldNames[dup], "Duplicate key '%s' in the request body.", fieldNames[dup])
+	}
+	r.textBytes, r.messages = msgs.textBytes, msgs.n
 	raw := func(f int) string { return s[r.fields[f].start:r.fields[f].end] }
 
 	model := raw(fModel)
@@ -127,8 +153,16 @@ func parseChat(body []byte) (chatRequest, *apierror.Error) {
 	if r.model = str(model); r.model == "" {
 		return r, apierror.MissingParam("model")
 	}
-	if e := validateMessages(raw(fMessages)); e != nil {
-		return r, e
+	switch v := raw(fMessages); {
+	case isNull(v):
+		return r, apierror.MissingParam("messages")
+	case v[0] != '[':
+		return r, errType("messages", "an array", v)
+	case msgs.err != nil:
+		return r, msgs.err
+	case msgs.n == 0:
+		return r, &apierror.Error{Status: http.StatusBadRequest, Code: "empty_array", Param: "messages",
+			Message: "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead."}
 	}
 	for _, c := range [...]struct {
 		f      int
@@ -176,6 +210,129 @@ func parseChat(body []byte) (chatRequest, *apierror.Error) {
 	return r, nil
 }
 
+// messageScan validates the messages array while the body is scanned, so
+// that a prompt of megabytes is read once: each message's members are
+// noted as the scanner passes them, checked when the message ends, and its
+// text counted for the token estimate.
+type messageScan struct {
+	n         int64
+	err       *apierror.Error // the first invalid message's
+	textBytes int64
+}
+
+// scan validates the array at s[i] (nesting depth 2) and returns the offset
+// just past it, or -1 if it is not valid JSON.
+func (m *messageScan) scan(s string, i int) int {
+	return scanArray(s, i, 2, func(idx, v int) int {
+		m.n++
+		if s[v] != '{' {
+			e := scanValue(s, v, 3)
+			if e >= 0 && m.err == nil {
+				m.err = errType(msgParam(idx, ""), "an object", s[v:e])
+			}
+			return e
+		}
+		var role, content, toolCalls, functionCall, toolCallID string
+		// Text for the estimate, by member (a duplicate replaces).
+		var contentText, nameText, toolText int64
+		e := scanObject(s, v, 3, func(key string, fv int) int {
+			var fe int
+			switch {
+			case key == "content" && s[fv] == '[':
+				contentText = 0
+				fe = scanArray(s, fv, 4, func(_, pv int) int {
+					if s[pv] != '{' {
+						return scanValue(s, pv, 5)
+					}
+					var text int64
+					pe := scanObject(s, pv, 5, func(key string, tv int) int {
+						te := scanValue(s, tv, 6)
+						if key == "text" && te >= 0 {
+							text = stringText(s[tv:te])
+						}
+						return te
+					})
+					contentText += text
+					return pe
+				})
+			case key == "tool_calls" && s[fv] == '[':
+				toolText = 0
+				fe = scanArray(s, fv, 4, func(_, cv int) int {
+					if s[cv] != '{' {
+						return scanValue(s, cv, 5)
+					}
+					var text int64
+					ce := scanObject(s, cv, 5, func(key string, fnv int) int {
+						if key != "function" || s[fnv] != '{' {
+							return scanValue(s, fnv, 6)
+						}
+						var name, args int64
+						fne := scanObject(s, fnv, 6, func(key string, av int) int {
+							ae := scanValue(s, av, 7)
+							if ae >= 0 {
+								switch key {
+								case "name":
+									name = stringText(s[av:ae])
+								case "arguments":
+									args = stringText(s[av:ae])
+								}
+							}
+							return ae
+						})
+						text = name + args
+						return fne
+					})
+					toolText += text
+					return ce
+				})
+			default:
+				fe = scanValue(s, fv, 4)
+			}
+			if fe < 0 {
+				return -1
+			}
+			switch raw := s[fv:fe]; key {
+			case "role":
+				role = raw
+			case "content":
+				content = raw
+				if raw[0] != '[' {
+					contentText = stringText(raw)
+				}
+			case "tool_calls":
+				toolCalls = raw
+				if raw[0] != '[' {
+					toolText = 0
+				}
+			case "function_call":
+				functionCall = raw
+			case "tool_call_id":
+				toolCallID = raw
+			case "name":
+				nameText = stringText(raw)
+			}
+			return fe
+		})
+		if e < 0 {
+			return -1
+		}
+		m.textBytes += contentText + nameText + toolText
+		if m.err == nil {
+			m.err = validateMessage(int(idx), role, content, toolCalls, functionCall, toolCallID)
+		}
+		return e
+	})
+}
+
+// stringText is the length of a raw JSON string's contents, escapes
+// counted as written; 0 for other values.
+func stringText(raw string) int64 {
+	if raw[0] != '"' {
+		return 0
+	}
+	return int64(len(raw) - 2)
+}
+
 func (r *chatRequest) validateStreamOptions(v string) *apierror.Error {
 	if isNull(v) {
 		return nil
@@ -216,26 +373,6 @@ func validRole(role string) bool {
 	return false
 }
 
-func validateMessages(v string) *apierror.Error {
-	if isNull(v) {
-		return apierror.MissingParam("messages")
-	}
-	if v[0] != '[' {
-		return errType("messages", "an array", v)
-	}
-	it := newIter(v, 0)
-	for it.next() {
-		if e := validateMessage(it.idx, it.raw()); e != nil {
-			return e
-		}
-	}
-	if it.idx < 0 {
-		return &apierror.Error{Status: http.StatusBadRequest, Code: "empty_array", Param: "messages",
-			Message: "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead."}
-	}
-	return nil
-}
-
 func msgParam(i int, field string) string {
 	if field == "" {
 		return fmt.Sprintf("messages[%d]", i)
@@ -243,25 +380,9 @@ func msgParam(i int, field string) string {
 	return fmt.Sprintf("messages[%d].%s", i, field)
 }
 
-func validateMessage(i int, v string) *apierror.Error {
-	if v[0] != '{' {
-		return errType(msgParam(i, ""), "an object", v)
-	}
-	var role, content, toolCalls, functionCall, toolCallID string
-	for it := newIter(v, 0); it.next(); {
-		switch it.key {
-		case "role":
-			role = it.raw()
-		case "content":
-			content = it.raw()
-		case "tool_calls":
-			toolCalls = it.raw()
-		case "function_call":
-			functionCall = it.raw()
-		case "tool_call_id":
-			toolCallID = it.raw()
-		}
-	}
+// validateMessage checks one message object from its members' raw values
+// ("" for absent ones).
+func validateMessage(i int, role, content, toolCalls, functionCall, toolCallID string) *apierror.Error {
 	if isNull(role) {
 		return apierror.MissingParam(msgParam(i, "role"))
 	}
