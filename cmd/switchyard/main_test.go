@@ -107,10 +107,15 @@ func TestRunPrintsWorkingCurl(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
-	// The embedded default with the demo upstream moved to a free port, so the
-	// test never collides with a `make run` on this machine.
-	upstream := freePort(t)
-	cfg := strings.ReplaceAll(string(mustRead(t, "../../config/default.yaml")), "127.0.0.1:8091", upstream)
+	// The embedded default with every demo upstream moved to a free port, so
+	// the test never collides with a `make run` on this machine.
+	cfg := string(mustRead(t, "../../config/default.yaml"))
+	for _, port := range []string{"127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093"} {
+		if !strings.Contains(cfg, port) {
+			t.Fatalf("default config no longer uses %s; update this test", port)
+		}
+		cfg = strings.ReplaceAll(cfg, port, freePort(t))
+	}
 	path := filepath.Join(t.TempDir(), "demo.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
