@@ -74,9 +74,6 @@ const (
 	// RateLimitCluster is the bootstrap cluster that reaches the rate limit
 	// service (envoyproxy/ratelimit), named in the ratelimit filter.
 	RateLimitCluster = "switchyard_ratelimit"
-	// RateLimitDescriptorDomain is the rate limit domain of every descriptor
-	// (docs/ratelimit-design.md).
-	RateLimitDescriptorDomain = "switchyard"
 )
 
 // BackendPaths are the paths the Go backends service answers. Their routes

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"fmt"
+	"github.com/switchyard-ai/switchyard/ratelimit"
 	"math"
 	"net"
 	"time"
@@ -218,7 +219,7 @@ func extProcFilter(cfg *config.Config) *extprocv3.ExternalProcessor {
 // on the request path.
 func rateLimitFilter() *ratelimitv3.RateLimit {
 	return &ratelimitv3.RateLimit{
-		Domain:  RateLimitDescriptorDomain,
+		Domain:  ratelimit.Domain,
 		Timeout: durationpb.New(RateLimitTimeout),
 		// Fail open: a charge that cannot be made must not fail a request
 		// whose response has already been sent; extproc's admission call

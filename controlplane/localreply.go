@@ -76,7 +76,9 @@ func LocalReplyConfig(cfg *config.Config) *hcmv3.LocalReplyConfig {
 			Filter: r.filter(),
 			Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: string(r.Error.JSON())}},
 			BodyFormatOverride: &corev3.SubstitutionFormatString{
-				Format:      &corev3.SubstitutionFormatString_TextFormat{TextFormat: "%LOCAL_REPLY_BODY%"},
+				// text_format_source, not the deprecated text_format.
+				Format: &corev3.SubstitutionFormatString_TextFormatSource{TextFormatSource: &corev3.DataSource{
+					Specifier: &corev3.DataSource_InlineString{InlineString: "%LOCAL_REPLY_BODY%"}}},
 				ContentType: "application/json",
 			},
 		})

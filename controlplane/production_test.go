@@ -141,7 +141,7 @@ func TestLocalReplies(t *testing.T) {
 				t.Errorf("mapper %d (%s): body lacks %q", i, r.Error.Code, k)
 			}
 		}
-		if f := m.GetBodyFormatOverride(); f.GetTextFormat() != "%LOCAL_REPLY_BODY%" || f.GetContentType() != "application/json" {
+		if f := m.GetBodyFormatOverride(); f.GetTextFormatSource().GetInlineString() != "%LOCAL_REPLY_BODY%" || f.GetContentType() != "application/json" {
 			t.Errorf("mapper %d format = %v", i, f)
 		}
 		if len(r.Flags) == 0 && slices.Contains(extprocStatuses, r.Status) {

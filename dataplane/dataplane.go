@@ -290,12 +290,10 @@ func (d *DataPlane) grpcConn(name string) (grpc.ClientConnInterface, error) {
 // limit service: every request makes several small exchanges on them, so
 // per-message overhead is the gateway's latency. Static flow-control windows
 // (large enough for a whole buffered body) turn off gRPC's BDP estimator,
-// whose PING frames would otherwise ride along with this traffic, and a shared
-// write buffer saves an allocation per flush.
+// whose PING frames would otherwise ride along with this traffic.
 func processorDialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithInitialWindowSize(4 << 20),
 		grpc.WithInitialConnWindowSize(16 << 20),
-		grpc.WithSharedWriteBuffer(true),
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
 // The data plane must accept and interpret every resource the control plane
@@ -133,7 +134,7 @@ func TestAppliesEveryExampleSnapshot(t *testing.T) {
 				if hc.extProc == nil || hc.rateLimit == nil || hc.localReply == nil {
 					t.Fatalf("listener %q: ext_proc %v ratelimit %v local reply %v", l.Name, hc.extProc, hc.rateLimit, hc.localReply)
 				}
-				if hc.rateLimit.cluster != controlplane.RateLimitCluster || hc.rateLimit.domain != controlplane.RateLimitDescriptorDomain {
+				if hc.rateLimit.cluster != controlplane.RateLimitCluster || hc.rateLimit.domain != ratelimit.Domain {
 					t.Errorf("ratelimit filter = %+v", hc.rateLimit)
 				}
 				if hc.extProc.routeCache != extprocfilterv3.ExternalProcessor_CLEAR {

@@ -314,15 +314,6 @@ func TestRouting(t *testing.T) {
 	})
 }
 
-func mustJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func TestStreamOptionsRewrite(t *testing.T) {
 	h := newHarness(t, true)
 	tests := []struct {

@@ -107,7 +107,7 @@ func (f *sseFilter) chunk(data []byte, eos bool) (out []byte, replace bool) {
 func (f *sseFilter) event(ev []byte) (cut bool) {
 	// Cheap test first: in JSON text `"usage"` can only be a key (inside
 	// a string its quotes would be escaped).
-	if bytes.Index(ev, usageKey) < 0 {
+	if !bytes.Contains(ev, usageKey) {
 		return false
 	}
 	var data []byte

@@ -375,14 +375,12 @@ func (l embeddedLimiter) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimi
 // (a fresh goroutine per stream pays for stack growth every time; gRPC falls
 // back to a new goroutine when all workers are busy, so long streams cannot
 // starve others). Static flow-control windows, large enough for a buffered
-// body, turn off the BDP estimator's PINGs; a shared write buffer saves an
-// allocation per flush.
+// body, turn off the BDP estimator's PINGs.
 func hotPathServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 		grpc.InitialWindowSize(4 << 20),
 		grpc.InitialConnWindowSize(16 << 20),
-		grpc.SharedWriteBuffer(true),
 	}
 }
 
