@@ -47,6 +47,22 @@ const (
 	// MetadataNamespace is the dynamic metadata namespace extproc writes
 	// (key id, model, provider, token usage) for access logs and rate limits.
 	MetadataNamespace = "switchyard"
+
+	// Caller headers (docs/backends-design.md). Extproc sets OwnerHeader,
+	// KeyIDHeader, TierHeader and TokenHeader on requests to the backends;
+	// a backend calling the gateway with the internal token names the owner
+	// it acts for in OnBehalfOfHeader and why in OriginHeader.
+	OwnerHeader      = InternalHeaderPrefix + "owner"
+	KeyIDHeader      = InternalHeaderPrefix + "key-id"
+	TierHeader       = InternalHeaderPrefix + "tier"
+	TokenHeader      = InternalHeaderPrefix + "internal-token"
+	OnBehalfOfHeader = InternalHeaderPrefix + "on-behalf-of"
+	OriginHeader     = InternalHeaderPrefix + "origin"
+	// Origins of a backend's call: a batch line (not admitted against, nor
+	// charged to, the per-minute limits) or the Responses service (admitted
+	// and charged like any chat completion).
+	OriginBatch     = "batch"
+	OriginResponses = "responses"
 	// RuntimeName names the RTDS resource that carries the catalog.
 	RuntimeName = "switchyard.catalog"
 	// ExtProcCluster is the bootstrap cluster that reaches extproc over gRPC.

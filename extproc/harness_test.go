@@ -53,6 +53,21 @@ func (f fakeKeys) Lookup(_ context.Context, secret string) (keys.Key, error) {
 	return k, nil
 }
 
+// LookupOwner finds the active key of a rotation chain, as keys.Store does
+// (the newest when several are active).
+func (f fakeKeys) LookupOwner(_ context.Context, owner string) (keys.Key, error) {
+	var found keys.Key
+	for _, k := range f {
+		if k.LimitID() == owner && !k.Revoked() && (found.ID == "" || k.ID > found.ID) {
+			found = k
+		}
+	}
+	if found.ID == "" {
+		return keys.Key{}, keys.ErrNotFound
+	}
+	return found, nil
+}
+
 func testKeys() fakeKeys {
 	return fakeKeys{
 		goodKey: {ID: "key_0123456789abcdef", Prefix: goodKey[:12], Name: "test", Tier: "standard"},

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
@@ -79,7 +80,9 @@ type limitState struct {
 // kept for the response.
 func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3.ProcessingResponse {
 	l := &st.srv.limits
-	if l.rls == nil {
+	// Batch lines run outside the per-minute limits: batches have their own
+	// (docs/backends-design.md).
+	if l.rls == nil || st.origin == catalog.OriginBatch {
 		return nil
 	}
 	var tiers map[string]config.Tier

@@ -3,6 +3,7 @@ package extproc
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,7 +55,7 @@ var (
 // requestHeaders strips internal and credential headers, authenticates the
 // client and decides whether the request needs the body phase.
 func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	var method, path, authz string
+	var method, path, authz, onBehalfOf, origin string
 	nAuth := 0
 	// The client's authorization must never reach a provider or backend,
 	// whatever the path; internal headers must never come from a client.
@@ -73,21 +74,40 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 			st.requestID = headerValue(hv)
 		case catalog.IsInternalHeader(name):
 			internal = append(internal, name)
+			// Read only to be honoured with the internal token
+			// (authenticate); removed like every internal header.
+			switch name {
+			case catalog.OnBehalfOfHeader:
+				onBehalfOf = headerValue(hv)
+			case catalog.OriginHeader:
+				origin = headerValue(hv)
+			}
 		}
 	}
 	if !st.srv.Ready() {
 		return immediate(errNotReady)
 	}
-	k, e := st.srv.authenticate(ctx, authz, nAuth, st.requestID)
+	k, internalCall, e := st.srv.authenticate(ctx, authz, nAuth, st.requestID, onBehalfOf, origin)
 	if e != nil {
 		return immediate(e)
 	}
 	st.key = k
-	st.keyMeta = st.srv.keyMetaOf(&k)
+	if internalCall {
+		st.origin = origin
+	}
+	st.keyMeta = st.srv.keyMetaOf(&k, st.origin)
 	md := st.keyMeta.headers
 
 	p, _, _ := strings.Cut(path, "?")
 	switch {
+	case isBackendPath(p):
+		// Files, batches and responses: the backends serve them, for the
+		// owner extproc vouches for here (docs/backends-design.md). Bodies
+		// stream through unread.
+		resp := newHeadersReply(removing(removeAuth, internal), md)
+		resp.ModeOverride = passThroughMode
+		st.srv.setCaller(resp.GetRequestHeaders().GetResponse().GetHeaderMutation(), &k)
+		return resp
 	case p == chatPath:
 		st.op = opChat
 	case p == embeddingsPath:
@@ -164,6 +184,10 @@ type keyMeta struct {
 	limitID, tierName string
 	tpm               int64
 	keyID, tier       *structpb.Value
+	// idField names keyID in the metadata: "key_id", or "owner" for batch
+	// lines; origin is set for backends' calls.
+	idField string
+	origin  *structpb.Value
 	// headers is the request headers reply's metadata.
 	headers *structpb.Struct
 	// routes holds the request body reply's metadata by *target (which
@@ -178,22 +202,37 @@ const (
 	maxRouteMeta = 256     // targets per key (each catalog has its own)
 )
 
-// keyMetaOf returns k's metadata.
-func (s *Server) keyMetaOf(k *keys.Key) *keyMeta {
+// keyMetaOf returns k's metadata for requests of origin ("" for clients).
+// A batch line's metadata names the key as owner rather than key_id: the
+// stream-end token charge reads key_id, and batch lines are not charged to
+// the per-minute limits (docs/backends-design.md).
+func (s *Server) keyMetaOf(k *keys.Key, origin string) *keyMeta {
 	limitID := k.LimitID()
-	if v, ok := s.keyMeta.Load(k.ID); ok {
+	cacheKey := k.ID
+	if origin != "" {
+		cacheKey = origin + ":" + k.ID
+	}
+	if v, ok := s.keyMeta.Load(cacheKey); ok {
 		if m := v.(*keyMeta); m.limitID == limitID && m.tierName == k.Tier && m.tpm == k.TPM {
 			return m
 		}
 	}
-	m := &keyMeta{limitID: limitID, tierName: k.Tier, tpm: k.TPM,
+	m := &keyMeta{limitID: limitID, tierName: k.Tier, tpm: k.TPM, idField: "key_id",
 		keyID: structpb.NewStringValue(limitID), tier: structpb.NewStringValue(k.Tier)}
-	m.headers = metadata(map[string]*structpb.Value{"key_id": m.keyID, "tier": m.tier})
+	if origin == catalog.OriginBatch {
+		m.idField = "owner"
+	}
+	fields := map[string]*structpb.Value{m.idField: m.keyID, "tier": m.tier}
+	if origin != "" {
+		m.origin = structpb.NewStringValue(origin)
+		fields["origin"] = m.origin
+	}
+	m.headers = metadata(fields)
 	if s.keyMetaN.Add(1) > maxKeyMeta {
 		s.keyMeta.Clear()
 		s.keyMetaN.Store(0)
 	}
-	s.keyMeta.Store(k.ID, m)
+	s.keyMeta.Store(cacheKey, m)
 	return m
 }
 
@@ -201,13 +240,16 @@ func (s *Server) keyMetaOf(k *keys.Key) *keyMeta {
 // and the first provider.
 func (st *stream) routeMetadata(mr *modelRoute, t *target) *structpb.Struct {
 	if st.keyMeta == nil { // no request headers phase (benchmarks)
-		st.keyMeta = st.srv.keyMetaOf(&st.key)
+		st.keyMeta = st.srv.keyMetaOf(&st.key, st.origin)
 	}
 	km := st.keyMeta
 	if v, ok := km.routes.Load(t); ok {
 		return v.(*structpb.Struct)
 	}
-	fields := map[string]*structpb.Value{"key_id": km.keyID, "tier": km.tier, "model": mr.metaID, "provider": t.provider.metaName}
+	fields := map[string]*structpb.Value{km.idField: km.keyID, "tier": km.tier, "model": mr.metaID, "provider": t.provider.metaName}
+	if km.origin != nil {
+		fields["origin"] = km.origin
+	}
 	st.limitMetadata(fields)
 	md := metadata(fields)
 	if km.nRoutes.Add(1) > maxRouteMeta {
@@ -218,30 +260,70 @@ func (st *stream) routeMetadata(mr *modelRoute, t *target) *structpb.Struct {
 	return md
 }
 
-// authenticate checks the bearer key. Errors are ready to send.
-func (s *Server) authenticate(ctx context.Context, authz string, n int, requestID string) (keys.Key, *apierror.Error) {
+// authenticate checks the bearer key. Errors are ready to send. A backend
+// calling with the internal token acts for the owner it names
+// (docs/backends-design.md): the newest active key of that owner's rotation
+// chain is the request's key, and internal is true.
+func (s *Server) authenticate(ctx context.Context, authz string, n int, requestID, onBehalfOf, origin string) (k keys.Key, internal bool, _ *apierror.Error) {
 	authz = strings.TrimSpace(authz)
 	if n == 0 || authz == "" {
-		return keys.Key{}, apierror.InvalidAPIKey("You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+		return keys.Key{}, false, apierror.InvalidAPIKey("You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 	}
 	scheme, token, _ := strings.Cut(authz, " ")
 	token = strings.TrimSpace(token)
 	if n > 1 || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return keys.Key{}, apierror.InvalidAPIKey("Invalid authorization header. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+		return keys.Key{}, false, apierror.InvalidAPIKey("Invalid authorization header. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 	}
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	k, err := s.keys.Lookup(lctx, token)
-	cancel()
+	defer cancel()
+	var err error
+	if internal = s.internalToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.internalToken)) == 1; internal {
+		if origin != catalog.OriginBatch && origin != catalog.OriginResponses {
+			s.log.Warn("extproc: internal call without a valid origin refused", "request_id", requestID)
+			return keys.Key{}, true, apierror.InvalidAPIKey("Internal calls must name their origin.")
+		}
+		k, err = s.keys.LookupOwner(lctx, onBehalfOf)
+		if errors.Is(err, keys.ErrNotFound) {
+			// The owner's keys were revoked or expired since the batch or
+			// response started: its work stops with its access.
+			return keys.Key{}, true, apierror.InvalidAPIKey("The API key that owns this request has been revoked or has expired.")
+		}
+	} else {
+		k, err = s.keys.Lookup(lctx, token)
+	}
 	switch {
 	case errors.Is(err, keys.ErrNotFound), err == nil && k.Revoked():
-		return keys.Key{}, incorrectKey(token)
+		return keys.Key{}, internal, incorrectKey(token)
 	case err != nil:
 		if ctx.Err() == nil { // not merely Envoy going away
 			s.log.Warn("extproc: key lookup failed", "request_id", requestID, "error", err)
 		}
-		return keys.Key{}, errKeyStore
+		return keys.Key{}, internal, errKeyStore
 	}
-	return k, nil
+	return k, internal, nil
+}
+
+// isBackendPath reports whether p is served by the backends.
+func isBackendPath(p string) bool {
+	for _, b := range backendPaths {
+		if p == b || (strings.HasPrefix(p, b) && p[len(b)] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// backendPaths are the backends' path prefixes (controlplane routes them).
+var backendPaths = [...]string{"/v1/files", "/v1/batches", "/v1/responses"}
+
+// setCaller adds the caller headers a backend trusts to a request headers
+// mutation.
+func (s *Server) setCaller(hm *extprocv3.HeaderMutation, k *keys.Key) {
+	hm.SetHeaders = append(hm.SetHeaders,
+		setHeader(catalog.OwnerHeader, k.LimitID()),
+		setHeader(catalog.KeyIDHeader, k.ID),
+		setHeader(catalog.TierHeader, k.Tier),
+		setHeader(catalog.TokenHeader, s.internalToken))
 }
 
 func incorrectKey(token string) *apierror.Error {

@@ -24,6 +24,9 @@ import (
 // KeyLookup resolves a client's bearer token. keys.Cache satisfies it.
 type KeyLookup interface {
 	Lookup(ctx context.Context, secret string) (keys.Key, error)
+	// LookupOwner is the newest active key of a rotation chain, for
+	// backends' calls made on an owner's behalf.
+	LookupOwner(ctx context.Context, owner string) (keys.Key, error)
 }
 
 // Usage is the token usage of one request.
@@ -50,6 +53,10 @@ type Options struct {
 	LimiterTimeout time.Duration
 	// Metrics, if not nil, counts rate-limiting outcomes.
 	Metrics *ratelimit.Metrics
+	// InternalToken, when set, is the token the backends present to act on
+	// an owner's behalf, and that extproc passes to them on their routes
+	// (docs/backends-design.md). Empty: no internal calls are accepted.
+	InternalToken string
 	// Getenv resolves providers' api_key_env; it defaults to os.Getenv.
 	Getenv func(string) string
 	// Logger defaults to slog.Default().
@@ -61,10 +68,11 @@ type Options struct {
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	keys   KeyLookup
-	usage  UsageRecorder
-	getenv func(string) string
-	log    *slog.Logger
+	keys          KeyLookup
+	internalToken string
+	usage         UsageRecorder
+	getenv        func(string) string
+	log           *slog.Logger
 
 	routes atomic.Pointer[routeTable]
 	limits limiter
@@ -86,7 +94,7 @@ func New(opts Options) *Server {
 	if opts.Keys == nil {
 		panic("extproc: Options.Keys is required")
 	}
-	s := &Server{keys: opts.Keys, usage: opts.Usage, getenv: opts.Getenv, log: opts.Logger,
+	s := &Server{keys: opts.Keys, internalToken: opts.InternalToken, usage: opts.Usage, getenv: opts.Getenv, log: opts.Logger,
 		health: map[string]*providerHealth{}, created: map[string]int64{}}
 	if s.getenv == nil {
 		s.getenv = os.Getenv

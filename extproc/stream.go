@@ -45,6 +45,9 @@ type stream struct {
 
 	op  operation // set for an authenticated POST of an endpoint extproc serves
 	key keys.Key
+	// origin is catalog.OriginBatch or OriginResponses for a backend's call
+	// with the internal token, "" for clients.
+	origin string
 	// keyMeta is the key's dynamic metadata (request.go).
 	keyMeta *keyMeta
 	// ownsBody: request bodies came in gRPC messages that nothing else

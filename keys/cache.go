@@ -45,6 +45,9 @@ type Cache struct {
 	store  *Store
 	hits   *expirable.LRU[[sha256.Size]byte, Key]
 	misses *expirable.LRU[[sha256.Size]byte, struct{}]
+	// owners caches LookupOwner (batch lines and responses call it per
+	// request); invalidated with the rest.
+	owners *expirable.LRU[string, Key]
 
 	// mu and gen stop a lookup that read the database before an Invalidate
 	// from caching that now stale answer after it: fills only happen if gen
@@ -76,6 +79,7 @@ func NewCache(s *Store, size int, ttl time.Duration) *Cache {
 		store:  s,
 		hits:   expirable.NewLRU[[sha256.Size]byte, Key](size, nil, ttl),
 		misses: expirable.NewLRU[[sha256.Size]byte, struct{}](size, nil, negTTL),
+		owners: expirable.NewLRU[string, Key](size, nil, ttl),
 	}
 }
 
@@ -127,6 +131,26 @@ func (c *Cache) Invalidate() {
 	c.gen++
 	c.hits.Purge()
 	c.misses.Purge()
+	c.owners.Purge()
+}
+
+// LookupOwner is Store.LookupOwner answered from the cache when possible;
+// only found keys are cached.
+func (c *Cache) LookupOwner(ctx context.Context, owner string) (Key, error) {
+	if k, ok := c.owners.Get(owner); ok {
+		if !k.Expired(time.Now()) {
+			return k, nil
+		}
+		c.owners.Remove(owner)
+	}
+	c.mu.Lock()
+	gen := c.gen
+	c.mu.Unlock()
+	k, err := c.store.LookupOwner(ctx, owner)
+	if err == nil {
+		c.fill(gen, func() { c.owners.Add(owner, k) })
+	}
+	return k, err
 }
 
 // DefaultWatchInterval is how often Watch polls the store's change counter.

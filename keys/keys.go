@@ -588,6 +588,28 @@ func (s *Store) lookupHash(ctx context.Context, h [32]byte) (Key, error) {
 	return k, nil
 }
 
+// LookupOwner returns the newest active key of the rotation chain whose
+// LimitID is owner, or ErrNotFound when every key of it is revoked or
+// expired. Backends act for an owner (docs/backends-design.md): its batch
+// lines and responses stop working when its keys do.
+func (s *Store) LookupOwner(ctx context.Context, owner string) (Key, error) {
+	if owner == "" {
+		return Key{}, ErrNotFound
+	}
+	k, err := scanKey(s.db.QueryRowContext(ctx,
+		`SELECT `+keyColumns+` FROM api_keys
+		 WHERE (id = ? OR lineage = ?) AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)
+		 ORDER BY created_at DESC, rowid DESC LIMIT 1`,
+		owner, owner, time.Now().UnixNano()))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Key{}, ErrNotFound
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("keys: lookup owner: %w", err)
+	}
+	return k, nil
+}
+
 // Get returns the key named by its ID or its full secret, whatever its
 // state (active, revoked or expired). It returns an error wrapping
 // ErrNotFound if there is no such key.

@@ -258,3 +258,43 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+func TestLookupOwner(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir())
+	c := NewCache(s, 10, time.Minute)
+	_, first := mustCreate(t, s, "a", "free")
+	_, other := mustCreate(t, s, "b", "free")
+
+	got, err := c.LookupOwner(ctx, first.ID)
+	if err != nil || got.ID != first.ID {
+		t.Fatalf("LookupOwner(first) = %+v, %v", got, err)
+	}
+	// After a rotation the owner is still the first key's id, and the
+	// newest key of the chain answers.
+	_, rotated, err := s.Rotate(ctx, first.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Invalidate()
+	if got, err = c.LookupOwner(ctx, first.ID); err != nil || got.ID != rotated.ID || got.LimitID() != first.ID {
+		t.Fatalf("after rotate: %+v, %v; want %s", got, err, rotated.ID)
+	}
+	// The second key's id is not an owner of the first chain.
+	if got, err = c.LookupOwner(ctx, other.ID); err != nil || got.ID != other.ID {
+		t.Fatalf("other: %+v, %v", got, err)
+	}
+	// Revoking every key of the chain ends the owner.
+	for _, id := range []string{first.ID, rotated.ID} {
+		if err := s.Revoke(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Invalidate()
+	if _, err := c.LookupOwner(ctx, first.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("revoked owner: err = %v, want ErrNotFound", err)
+	}
+	if _, err := c.LookupOwner(ctx, ""); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("empty owner: err = %v", err)
+	}
+}
