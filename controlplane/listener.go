@@ -56,12 +56,16 @@ var AccessLogFormat = map[string]string{
 	"upstream_host":         "%UPSTREAM_HOST%",
 	"key_id":                "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":key_id)%",
 	"tier":                  "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":tier)%",
-	"model":                 "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":model)%",
-	"provider":              "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":provider)%",
-	"prompt_tokens":         "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":prompt_tokens)%",
-	"completion_tokens":     "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":completion_tokens)%",
-	"total_tokens":          "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":total_tokens)%",
-	"cached_tokens":         "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":cached_tokens)%",
+	// Backends' calls: origin batch or responses, and a batch line's owner
+	// (its key_id is left out so the line is not charged; ratelimit-design).
+	"origin":            "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":origin)%",
+	"owner":             "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":owner)%",
+	"model":             "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":model)%",
+	"provider":          "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":provider)%",
+	"prompt_tokens":     "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":prompt_tokens)%",
+	"completion_tokens": "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":completion_tokens)%",
+	"total_tokens":      "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":total_tokens)%",
+	"cached_tokens":     "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":cached_tokens)%",
 }
 
 // ExtProcProcessingMode is the ext_proc filter's processing mode. Headers are

@@ -107,6 +107,11 @@ type Server struct {
 	vstr        atomic.Pointer[string]
 	// file is the state of WatchFile.
 	file fileState
+
+	// DefaultBackends, when set before the first Update, is the backends
+	// service used when a configuration names none: `switchyard run` serves
+	// the backends in process, on an address only it knows.
+	DefaultBackends *config.Backends
 }
 
 // New returns a Server with no snapshot: subscribers wait until the first
@@ -258,6 +263,10 @@ func (s *Server) setLocked(ctx context.Context, base *config.Config, drained []s
 	eff, err := withoutDrained(base, drained)
 	if err != nil {
 		return "", err
+	}
+	if eff.Backends == nil && s.DefaultBackends != nil {
+		b := *s.DefaultBackends
+		eff.Backends = &b
 	}
 	now := time.Now()
 	retired := s.liveRetired(now)
