@@ -38,6 +38,8 @@ type stack struct {
 
 type stackOptions struct {
 	maxBody int64
+	// serviceTime is the fake upstream's delay before every answer.
+	serviceTime time.Duration
 	// gateway, if not nil, adjusts the gateway's options.
 	gateway func(*gateway.Options)
 }
@@ -48,7 +50,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	t.Helper()
 	providerKey := "prov-" + strings.Repeat("z", 20) + fmt.Sprint(time.Now().UnixNano())
 	t.Setenv(providerKeyEnv, providerKey)
-	rec := &recorder{next: fake.NewOpenAI(fake.Options{APIKey: providerKey})}
+	rec := &recorder{next: fake.NewOpenAI(fake.Options{APIKey: providerKey, ServiceTime: o.serviceTime})}
 	up := httptest.NewServer(rec)
 	t.Cleanup(up.Close)
 

@@ -111,7 +111,11 @@ type ExtProcOptions struct {
 	// serves the catalog of that home region (the one the Envoy beside
 	// this extproc announces). Default: the configuration's region.
 	Region string
-	Logger *slog.Logger
+	// InternalToken is the token shared with the backends
+	// (docs/backends-design.md); empty: no backend calls are accepted and
+	// backend routes get no token.
+	InternalToken string
+	Logger        *slog.Logger
 }
 
 // StartExtProc serves the ext_proc service, configured by the control
@@ -145,7 +149,8 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	go cache.Watch(runCtx, 0, func(err error) {
 		log.Warn("key database poll failed; key cache dropped", "component", "keys", "error", err)
 	})
-	eo := extproc.Options{Keys: cache, Metrics: ratelimit.NewMetrics(), Logger: log.With("component", "extproc")}
+	eo := extproc.Options{Keys: cache, Metrics: ratelimit.NewMetrics(), InternalToken: opts.InternalToken,
+		Logger: log.With("component", "extproc")}
 	if opts.RateLimit != "" {
 		rls, err := grpc.NewClient("passthrough:///"+opts.RateLimit, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

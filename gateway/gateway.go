@@ -82,6 +82,10 @@ type Options struct {
 	// does not validate is logged and ignored.
 	ConfigPath     string
 	ReloadInterval time.Duration
+	// InternalToken is the token extproc and the backends share
+	// (docs/backends-design.md); a random one when empty.
+	InternalToken string
+
 	// Region is this gateway's home region, announced in the xDS node
 	// locality of its data plane and extproc (default: the config's
 	// region): the control plane serves it the snapshot whose failover
@@ -103,7 +107,10 @@ type Gateway struct {
 	xdsAddr   string
 	rlsAddr   string
 	adminAddr net.Addr
-	closers   []func()
+	// Backends is the in-process backends service; nil when the
+	// configuration names its own.
+	Backends *Component
+	closers  []func()
 }
 
 // Key cache bounds: a key lookup on the hot path is an LRU hit; a miss costs one
@@ -155,8 +162,21 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	})
 	g.Metrics = ratelimit.NewMetrics()
 
-	// Control plane.
+	token := opts.InternalToken
+	if token == "" {
+		token = randomSecret()
+	}
+	// Control plane. The in-process backends' listener comes first, so
+	// the first snapshot already routes to it.
 	g.Control = controlplane.New(log.With("component", "controlplane"))
+	var backendsLis net.Listener
+	if inProcessBackends(cfg) {
+		if backendsLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("gateway: backends: %w", err)
+		}
+		g.closers = append(g.closers, func() { _ = backendsLis.Close() })
+		g.Control.DefaultBackends = &config.Backends{Address: backendsLis.Addr().String()}
+	}
 	if _, err := g.Control.Update(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -210,11 +230,12 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 
 	// extproc, configured by the control plane over RTDS.
 	g.ExtProc = extproc.New(extproc.Options{
-		Keys:    g.KeyCache,
-		Usage:   opts.Usage,
-		Limiter: limiter,
-		Metrics: g.Metrics,
-		Logger:  log.With("component", "extproc"),
+		Keys:          g.KeyCache,
+		Usage:         opts.Usage,
+		Limiter:       limiter,
+		Metrics:       g.Metrics,
+		InternalToken: token,
+		Logger:        log.With("component", "extproc"),
 	})
 	// A buffered request body arrives in one gRPC message: allow the
 	// configured body limit plus room for headers.
@@ -270,6 +291,17 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 			return nil, fmt.Errorf("gateway: listener %q did not start within %s", g.listener.Name, opts.SyncTimeout)
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+	if backendsLis != nil {
+		bo := BackendsOptions{Listener: backendsLis, DataDir: opts.DataDir, GatewayURL: g.BaseURL(), Token: token,
+			Logger: log.With("component", "backends")}
+		if t := g.listener.TLS; t != nil {
+			bo.GatewayCAFile = t.CertFile
+		}
+		if g.Backends, err = StartBackends(ctx, bo); err != nil {
+			return nil, err
+		}
+		g.closers = append(g.closers, g.Backends.Close)
 	}
 	if opts.AdminListen != "" {
 		if err := startAdmin(g, opts); err != nil {

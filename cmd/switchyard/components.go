@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/switchyard-ai/switchyard/gateway"
@@ -65,12 +66,48 @@ func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	o.Logger = logger
+	o.InternalToken = os.Getenv(gateway.InternalTokenEnv)
+	if o.InternalToken == "" {
+		logger.Warn("the internal token is not set: files, batches and responses will refuse every request", "env", gateway.InternalTokenEnv)
+	}
 	c, err := gateway.StartExtProc(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	return serveUntilDone(ctx, c, "extproc", *health, stdout)
+}
+
+// cmdBackends is `switchyard backends`: the files, batches and responses
+// services alone, behind Envoy's backends cluster.
+func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("backends", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o gateway.BackendsOptions
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:18090", "address of the backends (the config's backends.address); never expose it to clients")
+	fs.StringVar(&o.DataDir, "data-dir", ".data", "directory of the files, batches and responses databases and file blobs")
+	fs.StringVar(&o.GatewayURL, "gateway-url", "", "the gateway's OpenAI base URL ending in /v1, which batch lines and responses are sent through (required)")
+	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA bundle verifying the gateway's certificate (default: the system roots)")
+	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.GatewayURL == "" {
+		return errors.New("--gateway-url is required")
+	}
+	logger, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	o.Logger = logger
+	o.Token = os.Getenv(gateway.InternalTokenEnv)
+	c, err := gateway.StartBackends(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return serveUntilDone(ctx, c, "backends", *health, stdout)
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

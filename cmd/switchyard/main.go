@@ -31,6 +31,10 @@ Usage:
   switchyard envoy validate [--bootstrap FILE] [--config FILE]
   switchyard controlplane [--config FILE] [--listen ADDR] [--health ADDR]
   switchyard extproc [--xds ADDR] [--listen ADDR|unix:PATH] [--data-dir DIR] [--ratelimit ADDR] [--health ADDR]
+  switchyard backends --gateway-url URL [--listen ADDR] [--data-dir DIR] [--gateway-ca-file FILE] [--health ADDR]
+
+extproc and backends share the internal token in SWITCHYARD_INTERNAL_TOKEN
+(run generates one when it is unset).
 
 Without --config, the embedded default configuration is used (demo models on
 in-process fake upstreams, no internet needed).
@@ -67,6 +71,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdControlPlane(ctx, args[1:], stdout, stderr)
 	case "extproc":
 		return cmdExtProc(ctx, args[1:], stdout, stderr)
+	case "backends":
+		return cmdBackends(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -138,6 +138,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// The file is reloaded when it changes; the embedded default never does.
 		ConfigPath: *cfgPath,
 		Region:     *region,
+		// Shared with a separate `switchyard backends` when the config
+		// names one; otherwise the in-process backends get a random one.
+		InternalToken: os.Getenv(gateway.InternalTokenEnv),
 	}
 	var tokenSource string
 	if *adminListen != "" {

@@ -1,0 +1,114 @@
+// Package backends owns assembling the stateful API services (files,
+// batches, responses) behind one http.Handler, each behind the caller
+// check (backends/caller), and their lifecycles. docs/backends-design.md is
+// the contract with extproc and the data plane.
+package backends
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/backends/batches"
+	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/backends/files"
+	"github.com/switchyard-ai/switchyard/backends/onbehalf"
+	"github.com/switchyard-ai/switchyard/backends/responses"
+)
+
+// Options configure the backends.
+type Options struct {
+	// DataDir holds each service's database and the file blobs.
+	DataDir string
+	// Token is the internal token extproc sends with the caller headers.
+	Token string
+	// Gateway sends batch lines and responses' model calls through the
+	// gateway on an owner's behalf.
+	Gateway *onbehalf.Client
+	// Search, when set, serves the Responses API's web_search tool.
+	Search responses.Searcher
+	Logger *slog.Logger
+}
+
+// Service is the running backends.
+type Service struct {
+	files     *files.Store
+	batches   *batches.Service
+	responses *responses.Service
+	handler   http.Handler
+	cancel    context.CancelFunc
+	running   sync.WaitGroup
+}
+
+// New opens the stores and starts the batch runner (resuming unfinished
+// batches) and the retention sweepers (files here; responses sweep their
+// own).
+func New(ctx context.Context, opts Options) (_ *Service, err error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Service{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("component", "files")}); err != nil {
+		return nil, err
+	}
+	if s.batches, err = batches.New(ctx, batches.Options{DataDir: opts.DataDir, Files: s.files, Gateway: opts.Gateway,
+		Logger: log.With("component", "batches")}); err != nil {
+		return nil, err
+	}
+	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway,
+		Search: opts.Search, Logger: log.With("component", "responses")}); err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/files", s.files.Handler())
+	mux.Handle("/v1/files/", s.files.Handler())
+	mux.Handle("/v1/batches", s.batches.Handler())
+	mux.Handle("/v1/batches/", s.batches.Handler())
+	mux.Handle("/v1/responses", s.responses.Handler())
+	mux.Handle("/v1/responses/", s.responses.Handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		apierror.NotFound(r.URL.Path).Write(w)
+	})
+	s.handler = caller.Require(opts.Token, log, mux)
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	for name, run := range map[string]func(context.Context) error{"batch runner": s.batches.Run, "file sweeper": s.files.Run} {
+		s.running.Go(func() {
+			if err := run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error(name+" stopped", "error", err)
+			}
+		})
+	}
+	return s, nil
+}
+
+// Handler serves /v1/files, /v1/batches and /v1/responses.
+func (s *Service) Handler() http.Handler { return s.handler }
+
+// Close stops the runner (in-flight lines are resumed at the next start)
+// and closes the stores.
+func (s *Service) Close() {
+	if s.cancel != nil {
+		s.cancel()
+		s.running.Wait()
+	}
+	if s.responses != nil {
+		_ = s.responses.Close()
+	}
+	if s.batches != nil {
+		_ = s.batches.Close()
+	}
+	if s.files != nil {
+		_ = s.files.Close()
+	}
+}

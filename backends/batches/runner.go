@@ -1,0 +1,805 @@
+package batches
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/backends/files"
+)
+
+// maxRetryAfter caps how long a retry-after header can hold a line back.
+const maxRetryAfter = 60 * time.Second
+
+// job is a batch being driven by this process's runner.
+type job struct {
+	id string
+	// cancel is closed when the batch is cancelled through the API.
+	cancel     chan struct{}
+	cancelOnce sync.Once
+}
+
+// Run executes batches until ctx ends: first every batch a previous process
+// left validating, in progress, finalizing or cancelling (in progress ones
+// resume where their spool files end), then each batch as it is created.
+// When ctx ends it stops starting lines, abandons those in flight (they are
+// sent again on the next Run, as their results were not written), saves
+// progress and returns. Only one Run may be active at a time.
+func (s *Service) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.runCtx != nil {
+		s.mu.Unlock()
+		return errors.New("batches: Run is already active")
+	}
+	s.runCtx = ctx
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.runCtx = nil
+		s.mu.Unlock()
+		s.wg.Wait()
+	}()
+
+	s.sweepSpools(ctx)
+	ids, err := s.store.active(ctx)
+	if err != nil {
+		return fmt.Errorf("batches: run: %w", err)
+	}
+	if len(ids) > 0 {
+		s.log.Info("batches: resuming unfinished batches", "count", len(ids))
+	}
+	for _, id := range ids {
+		s.start(id)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// start drives batch id in the background if Run is active and it is not
+// already running.
+func (s *Service) start(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx := s.runCtx
+	if ctx == nil || ctx.Err() != nil {
+		return
+	}
+	if _, ok := s.jobs[id]; ok {
+		return
+	}
+	j := &job{id: id, cancel: make(chan struct{})}
+	s.jobs[id] = j
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.runJob(ctx, j)
+		s.mu.Lock()
+		delete(s.jobs, id)
+		s.mu.Unlock()
+	}()
+}
+
+// signalCancel tells batch id's job, if it runs here, that it was cancelled.
+func (s *Service) signalCancel(id string) {
+	s.mu.Lock()
+	j := s.jobs[id]
+	s.mu.Unlock()
+	if j != nil {
+		j.cancelOnce.Do(func() { close(j.cancel) })
+	}
+}
+
+// sweepSpools removes spool directories left by batches that ended (or no
+// longer exist) before their directory could be removed.
+func (s *Service) sweepSpools(ctx context.Context) {
+	entries, err := os.ReadDir(s.spoolDir)
+	if err != nil {
+		s.log.Warn("batches: listing spool directories failed", "err", err)
+		return
+	}
+	for _, e := range entries {
+		active, err := s.store.activeBatch(ctx, e.Name())
+		if err != nil || active {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.spoolDir, e.Name())); err != nil {
+			s.log.Warn("batches: removing a leftover spool directory failed", "batch", e.Name(), "err", err)
+		}
+	}
+}
+
+// runJob drives one batch to a terminal state. An internal failure (the
+// database, the disk) is retried after RestartDelay: the batch's state is
+// in the database and its spool files, so starting over is safe.
+func (s *Service) runJob(ctx context.Context, j *job) {
+	for {
+		err := s.advance(ctx, j)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		s.log.Error("batches: processing a batch failed; retrying", "batch", j.id, "err", err, "in", s.opts.RestartDelay)
+		t := time.NewTimer(s.opts.RestartDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// advance moves the batch through its states until it is terminal or ctx
+// ends. Each step ends with a compare-and-set of the status, and the loop
+// acts on whatever the status then is: a cancel that lands between steps is
+// simply the next state.
+func (s *Service) advance(ctx context.Context, j *job) error {
+	for ctx.Err() == nil {
+		b, err := s.store.load(ctx, j.id)
+		if err != nil {
+			return err
+		}
+		switch b.Status {
+		case statusValidating:
+			err = s.validateBatch(ctx, j, b)
+		case statusInProgress:
+			err = s.runLines(ctx, j, b)
+		case statusFinalizing:
+			err = s.finish(ctx, b, statusFinalizing, statusCompleted)
+		case statusCancelling:
+			err = s.finish(ctx, b, statusCancelling, statusCancelled)
+		default:
+			s.removeSpool(b.ID)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) expired(b batch) bool { return s.opts.Now().Unix() >= b.ExpiresAt }
+
+func (s *Service) removeSpool(id string) {
+	if err := os.RemoveAll(filepath.Join(s.spoolDir, id)); err != nil {
+		s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
+	}
+}
+
+// inputGone fails a batch whose input file was deleted before the batch
+// could read it all, keeping whatever results it has.
+func (s *Service) inputGone(ctx context.Context, b batch) error {
+	param := "input_file_id"
+	s.log.Warn("batches: input file deleted while the batch ran", "batch", b.ID, "file", b.InputFileID)
+	errs, _ := json.Marshal([]batchError{{Code: "input_file_deleted", Param: &param,
+		Message: fmt.Sprintf("The input file %s was deleted before the batch finished.", b.InputFileID)}})
+	return s.finish(ctx, b, b.Status, statusFailed, set{"errors", string(errs)})
+}
+
+// validateBatch reads the input file once and moves the batch to
+// in_progress, or to failed with what is wrong with it.
+func (s *Service) validateBatch(ctx context.Context, j *job, b batch) error {
+	if s.expired(b) {
+		_, err := s.store.transition(ctx, b.ID, []string{statusValidating}, statusExpired, s.opts.Now())
+		return err
+	}
+	_, in, err := s.files.Open(ctx, b.Owner, b.InputFileID)
+	if errors.Is(err, files.ErrNotFound) {
+		return s.inputGone(ctx, b)
+	}
+	if err != nil {
+		return fmt.Errorf("open input: %w", err)
+	}
+	v, err := validate(ctx, in, b.Endpoint, s.opts.MaxLines, s.opts.MaxLineBytes, j.cancel)
+	in.Close()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("validate: %w", err)
+	}
+	select {
+	case <-j.cancel:
+		return nil // the status is cancelling: advance goes on from there
+	default:
+	}
+	now := s.opts.Now()
+	if v.nerrs > 0 {
+		errs, err := json.Marshal(v.errs)
+		if err != nil {
+			return err
+		}
+		s.log.Info("batch failed validation", "batch", b.ID, "errors", v.nerrs)
+		_, err = s.store.transition(ctx, b.ID, []string{statusValidating}, statusFailed, now, set{"errors", string(errs)})
+		return err
+	}
+	s.log.Info("batch validated", "batch", b.ID, "lines", v.total)
+	_, err = s.store.transition(ctx, b.ID, []string{statusValidating}, statusInProgress, now,
+		set{"total", v.total}, set{"model", v.model})
+	return err
+}
+
+// finish turns the spool files into batch_output files and moves the batch
+// from `from` to `to`. It can be repeated after a crash: a file already
+// made is recorded on the batch at once and not made again. (A crash
+// between making a file and recording it leaves one orphaned file, which
+// expires with the others.)
+func (s *Service) finish(ctx context.Context, b batch, from, to string, extra ...set) error {
+	dir := filepath.Join(s.spoolDir, b.ID)
+	c := b.Counts
+	if _, err := os.Stat(dir); err == nil {
+		sp, st, err := openSpool(dir, s.maxSpoolLine(), false)
+		if err != nil {
+			return err
+		}
+		c.Completed, c.Failed = st.counts.Completed, st.counts.Failed
+		c.InputTokens, c.CachedTokens = st.counts.InputTokens, st.counts.CachedTokens
+		c.OutputTokens, c.ReasoningTokens, c.TotalTokens = st.counts.OutputTokens, st.counts.ReasoningTokens, st.counts.TotalTokens
+		err = s.makeFile(ctx, b, sp.out.f, "output", b.OutputFileID, "output_file_id")
+		if err == nil {
+			err = s.makeFile(ctx, b, sp.errs.f, "error", b.ErrorFileID, "error_file_id")
+		}
+		sp.close()
+		if err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
+	sets := append(countSets(c), extra...)
+	ok, err := s.store.transition(ctx, b.ID, []string{from}, to, s.opts.Now(), sets...)
+	if err != nil {
+		return err
+	}
+	if ok {
+		s.log.Info("batch "+to, "batch", b.ID, "completed", c.Completed, "failed", c.Failed)
+		s.removeSpool(b.ID)
+	}
+	return nil
+}
+
+// makeFile stores one spool file as a batch_output file, unless it is empty
+// (OpenAI sets output_file_id only when there were successes, and
+// error_file_id only when there were failures) or already stored.
+func (s *Service) makeFile(ctx context.Context, b batch, f *os.File, kind, have, col string) error {
+	if have != "" {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	if fi.Size() == 0 {
+		return nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	retention := outputRetention
+	if b.OutputExpiresAfter > 0 {
+		retention = time.Duration(b.OutputExpiresAfter) * time.Second
+	}
+	now := s.opts.Now()
+	made, err := s.files.Create(ctx, b.Owner, files.File{
+		Filename:  fmt.Sprintf("%s_%s.jsonl", b.ID, kind),
+		Purpose:   "batch_output",
+		CreatedAt: now,
+		ExpiresAt: now.Add(retention),
+	}, f, fi.Size())
+	if err != nil {
+		return fmt.Errorf("store %s file: %w", kind, err)
+	}
+	return s.store.update(ctx, b.ID, set{col, made.ID})
+}
+
+// maxSpoolLine bounds a spool line: a custom_id (from an input line) and a
+// response body, plus the envelope.
+func (s *Service) maxSpoolLine() int {
+	return s.opts.MaxLineBytes + int(s.opts.MaxResponseBytes) + 64<<10
+}
+
+// Why a run stopped starting lines.
+const (
+	haltNone = iota
+	haltCancelled
+	haltExpired
+	haltBroken // a spool write failed
+)
+
+// run is one pass of an in-progress batch over its input.
+type run struct {
+	s *Service
+	b batch
+	// spool and its counts (guarded by mu): results already in the spool
+	// files when the run started plus those written since.
+	sp      *spool
+	mu      sync.Mutex
+	c       counts
+	changed bool
+	// slots bounds this batch's lines in flight (Options.Concurrency).
+	slots chan struct{}
+	wg    sync.WaitGroup
+	// halt is closed when no new line may start; why says why.
+	halt     chan struct{}
+	haltOnce sync.Once
+	why      int
+	writeErr error
+}
+
+func (r *run) stop(why int) {
+	r.haltOnce.Do(func() {
+		r.why = why
+		close(r.halt)
+	})
+}
+
+// runLines sends the batch's lines that have no result yet. It returns when
+// every line has a result (the batch moves to finalizing), the batch was
+// cancelled (in-flight lines finish first), it expired (lines not started
+// get batch_expired results, then the batch is finished as expired), or
+// ctx ended (in-flight lines are abandoned; the next Run resumes).
+func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
+	if s.expired(b) {
+		return s.expire(ctx, b)
+	}
+	sp, st, err := openSpool(filepath.Join(s.spoolDir, b.ID), s.maxSpoolLine(), true)
+	if err != nil {
+		return err
+	}
+	defer sp.close()
+	_, in, err := s.files.Open(ctx, b.Owner, b.InputFileID)
+	if errors.Is(err, files.ErrNotFound) {
+		sp.close()
+		return s.inputGone(ctx, b)
+	}
+	if err != nil {
+		return fmt.Errorf("open input: %w", err)
+	}
+	defer in.Close()
+	if len(st.done) > 0 {
+		s.log.Info("batch resuming", "batch", b.ID, "done", len(st.done), "total", b.Counts.Total)
+	}
+
+	r := &run{s: s, b: b, sp: sp, c: st.counts, slots: make(chan struct{}, s.opts.Concurrency), halt: make(chan struct{})}
+	r.c.Total = b.Counts.Total
+	tickDone := make(chan struct{})
+	tickStopped := make(chan struct{})
+	go r.tick(ctx, j, tickDone, tickStopped)
+
+	lr := newLineReader(in, s.opts.MaxLineBytes)
+	var readErr error
+	for ctx.Err() == nil {
+		line, tooLong, _, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			readErr = fmt.Errorf("read input: %w", err)
+			break
+		}
+		if tooLong || blank(line) {
+			continue // validation saw to it that there are none of the former
+		}
+		cid := gjson.GetBytes(line, "custom_id")
+		if _, ok := st.done[keyOf(cid.Str)]; ok {
+			continue
+		}
+		if s.expired(b) {
+			r.stop(haltExpired)
+		}
+		body := gjson.GetBytes(line, "body").Raw
+		units, ok := r.acquire(ctx, len(body))
+		if !ok {
+			break
+		}
+		// GetBytes returns copies: line is the reader's buffer, reused for
+		// the next line, and these outlive it.
+		l := pending{customID: cid.Raw, body: body, units: units}
+		r.wg.Add(1)
+		go r.send(ctx, l)
+	}
+	r.wg.Wait()
+	close(tickDone)
+	<-tickStopped
+	r.saveProgress(context.WithoutCancel(ctx))
+
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case readErr != nil:
+		return readErr
+	case r.why == haltBroken:
+		return r.writeErr
+	case r.why == haltCancelled:
+		return nil // the status is cancelling; advance finishes it
+	case r.why == haltExpired:
+		sp.close()
+		return s.expire(ctx, b)
+	}
+	_, err = s.store.transition(ctx, b.ID, []string{statusInProgress}, statusFinalizing, s.opts.Now(), countSets(r.snapshot())...)
+	return err
+}
+
+// expire finishes an in-progress batch whose completion window has passed:
+// the lines that never started get batch_expired results, and the partial
+// files are kept.
+func (s *Service) expire(ctx context.Context, b batch) error {
+	if err := s.writeExpired(ctx, b, filepath.Join(s.spoolDir, b.ID)); err != nil {
+		return err
+	}
+	return s.finish(ctx, b, statusInProgress, statusExpired)
+}
+
+// writeExpired gives every line of the input without a result in the spool a
+// batch_expired error result. It is a no-op when every line has one.
+func (s *Service) writeExpired(ctx context.Context, b batch, dir string) error {
+	sp, st, err := openSpool(dir, s.maxSpoolLine(), true)
+	if err != nil {
+		return err
+	}
+	defer sp.close()
+	if int64(len(st.done)) >= b.Counts.Total {
+		return nil
+	}
+	_, in, err := s.files.Open(ctx, b.Owner, b.InputFileID)
+	if errors.Is(err, files.ErrNotFound) {
+		return nil // nothing to name the missing lines by; finish with what there is
+	}
+	if err != nil {
+		return fmt.Errorf("open input: %w", err)
+	}
+	defer in.Close()
+	lr := newLineReader(in, s.opts.MaxLineBytes)
+	for {
+		line, tooLong, _, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			return sp.sync()
+		}
+		if err != nil {
+			return fmt.Errorf("read input: %w", err)
+		}
+		if tooLong || blank(line) {
+			continue
+		}
+		cid := gjson.GetBytes(line, "custom_id")
+		if _, ok := st.done[keyOf(cid.Str)]; ok {
+			continue
+		}
+		if err := sp.errs.append(errorLine(cid.Raw, "batch_expired",
+			"This request could not be executed before the batch's completion window expired.")); err != nil {
+			return err
+		}
+	}
+}
+
+// pending is a line on its way to the gateway.
+type pending struct {
+	customID string // the raw JSON string token of the input line
+	body     string // the raw JSON of the line's body, sent as is
+	units    int    // of the byte budget
+}
+
+// acquire waits for a slot of this batch, a global slot and room in the
+// byte budget for a body of n bytes. It fails when the run halts or ctx
+// ends.
+func (r *run) acquire(ctx context.Context, n int) (int, bool) {
+	// Checked first and last: a select with a free slot and a closed halt
+	// picks either at random, and a halted run must not start lines.
+	if r.halted() || ctx.Err() != nil {
+		return 0, false
+	}
+	select {
+	case r.slots <- struct{}{}:
+	case <-r.halt:
+		return 0, false
+	case <-ctx.Done():
+		return 0, false
+	}
+	select {
+	case r.s.global <- struct{}{}:
+	case <-r.halt:
+		<-r.slots
+		return 0, false
+	case <-ctx.Done():
+		<-r.slots
+		return 0, false
+	}
+	units, ok := r.s.bytes.acquire(ctx, r.halt, n)
+	if !ok {
+		<-r.s.global
+		<-r.slots
+		return 0, false
+	}
+	if r.halted() {
+		r.release(pending{units: units})
+		return 0, false
+	}
+	return units, true
+}
+
+func (r *run) halted() bool {
+	select {
+	case <-r.halt:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *run) release(l pending) {
+	r.s.bytes.release(l.units)
+	<-r.s.global
+	<-r.slots
+}
+
+// tick saves progress every ProgressInterval, and halts the run when the
+// batch expires or is cancelled.
+func (r *run) tick(ctx context.Context, j *job, done <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(r.s.opts.ProgressInterval)
+	defer t.Stop()
+	cancel := j.cancel
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-cancel:
+			r.stop(haltCancelled)
+			cancel = nil // closed: stop selecting it
+		case <-t.C:
+			if r.s.expired(r.b) {
+				r.stop(haltExpired)
+			}
+			r.saveProgress(ctx)
+		}
+	}
+}
+
+func (r *run) snapshot() counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c
+}
+
+// saveProgress writes the counts to the database if they changed, after
+// syncing the spool files so the database never counts a result the files
+// could lose.
+func (r *run) saveProgress(ctx context.Context) {
+	r.mu.Lock()
+	changed, c := r.changed, r.c
+	r.changed = false
+	r.mu.Unlock()
+	if !changed {
+		return
+	}
+	if err := r.sp.sync(); err != nil {
+		r.s.log.Warn("batches: syncing spool files failed", "batch", r.b.ID, "err", err)
+	}
+	if err := r.s.store.update(ctx, r.b.ID, countSets(c)...); err != nil && ctx.Err() == nil {
+		r.s.log.Warn("batches: saving progress failed", "batch", r.b.ID, "err", err)
+	}
+}
+
+// record appends a result line to sf and counts it (usage: the response body's
+// usage, for a success).
+func (r *run) record(sf *spoolFile, line []byte, usage *gjson.Result) error {
+	if err := sf.append(line); err != nil {
+		r.mu.Lock()
+		if r.writeErr == nil {
+			r.writeErr = err
+		}
+		r.mu.Unlock()
+		r.stop(haltBroken)
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.changed = true
+	if sf == r.sp.out {
+		r.c.Completed++
+		if usage != nil {
+			r.c.addUsage(*usage)
+		}
+	} else {
+		r.c.Failed++
+	}
+	return nil
+}
+
+// send executes one line through the gateway and records its result. Lines
+// the gateway could not answer, or answered 429 or 5xx, are retried with
+// backoff; if the run halts meanwhile, the last outcome is recorded at
+// once. If ctx ends, nothing is recorded: the line was not done, and the
+// next Run sends it.
+func (r *run) send(ctx context.Context, l pending) {
+	defer r.wg.Done()
+	defer r.release(l)
+	opts := &r.s.opts
+	for attempt := 0; ; attempt++ {
+		status, reqID, body, retryAfter, err := r.attempt(ctx, l)
+		if ctx.Err() != nil {
+			return
+		}
+		retry := err != nil || status == http.StatusTooManyRequests || status >= 500
+		if retry && attempt < opts.MaxRetries && r.backoff(ctx, attempt, retryAfter) {
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case errors.Is(err, errResponseTooLarge):
+			_ = r.record(r.sp.errs, errorLine(l.customID, "response_too_large",
+				fmt.Sprintf("The response was larger than %d bytes.", opts.MaxResponseBytes)), nil)
+		case err != nil:
+			r.s.log.Warn("batches: a line got no answer from the gateway", "batch", r.b.ID, "attempts", attempt+1, "err", err)
+			_ = r.record(r.sp.errs, errorLine(l.customID, "request_failed",
+				fmt.Sprintf("The request could not be completed: the gateway did not answer after %d attempts.", attempt+1)), nil)
+		default:
+			r.recordResponse(l, status, reqID, body)
+		}
+		return
+	}
+}
+
+var errResponseTooLarge = errors.New("response too large")
+
+// attempt sends the line once and reads the whole answer.
+func (r *run) attempt(ctx context.Context, l pending) (status int, reqID string, body []byte, retryAfter time.Duration, err error) {
+	actx, cancel := context.WithTimeout(ctx, r.s.opts.RequestTimeout)
+	defer cancel()
+	resp, err := r.s.gw.Do(actx, r.b.Owner, caller.OriginBatch, http.MethodPost, r.b.Endpoint, strings.NewReader(l.body))
+	if err != nil {
+		return 0, "", nil, 0, err
+	}
+	defer resp.Body.Close()
+	limit := r.s.opts.MaxResponseBytes
+	body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return 0, "", nil, 0, fmt.Errorf("read answer: %w", err)
+	}
+	if int64(len(body)) > limit {
+		return resp.StatusCode, "", nil, 0, errResponseTooLarge
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("retry-after")); err == nil && s > 0 {
+		retryAfter = min(time.Duration(s)*time.Second, maxRetryAfter)
+	}
+	return resp.StatusCode, resp.Header.Get("x-request-id"), body, retryAfter, nil
+}
+
+// backoff waits before retry attempt+1: RetryBackoff doubled per attempt,
+// or retryAfter if longer. It reports false if the run halted (record the
+// outcome now) or ctx ended.
+func (r *run) backoff(ctx context.Context, attempt int, retryAfter time.Duration) bool {
+	d := max(r.s.opts.RetryBackoff<<attempt, retryAfter)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.halt:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// recordResponse records the gateway's answer: a 2xx in the output file, any
+// other status in the error file, with the body as the gateway sent it
+// (compacted onto one line). A body that is not a JSON object (a proxy's
+// HTML error page, say) is replaced by an error object saying so.
+func (r *run) recordResponse(l pending, status int, reqID string, body []byte) {
+	var compact bytes.Buffer
+	compact.Grow(len(body))
+	if err := json.Compact(&compact, body); err != nil || compact.Len() == 0 || compact.Bytes()[0] != '{' {
+		compact.Reset()
+		compact.WriteString(`{"error":{"message":"The gateway answered with a body that is not a JSON object.","type":"server_error","param":null,"code":"invalid_response"}}`)
+		if status/100 == 2 {
+			status = http.StatusBadGateway
+		}
+	}
+	if reqID == "" {
+		reqID = newID("req_")
+	}
+	line := make([]byte, 0, compact.Len()+len(l.customID)+160)
+	line = append(line, `{"id":"`...)
+	line = append(line, newID("batch_req_")...)
+	line = append(line, `","custom_id":`...)
+	line = append(line, l.customID...)
+	line = append(line, `,"response":{"status_code":`...)
+	line = strconv.AppendInt(line, int64(status), 10)
+	line = append(line, `,"request_id":`...)
+	line = appendJSONString(line, reqID)
+	line = append(line, `,"body":`...)
+	line = append(line, compact.Bytes()...)
+	line = append(line, "},\"error\":null}\n"...)
+	if status/100 == 2 {
+		u := gjson.GetBytes(compact.Bytes(), "usage")
+		_ = r.record(r.sp.out, line, &u)
+		return
+	}
+	_ = r.record(r.sp.errs, line, nil)
+}
+
+// errorLine is the result of a line that got no answer: response null and an
+// error object.
+func errorLine(customIDRaw, code, message string) []byte {
+	line := make([]byte, 0, len(customIDRaw)+len(message)+128)
+	line = append(line, `{"id":"`...)
+	line = append(line, newID("batch_req_")...)
+	line = append(line, `","custom_id":`...)
+	line = append(line, customIDRaw...)
+	line = append(line, `,"response":null,"error":{"code":`...)
+	line = appendJSONString(line, code)
+	line = append(line, `,"message":`...)
+	line = appendJSONString(line, message)
+	line = append(line, "}}\n"...)
+	return line
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s) // a string always marshals
+	return append(dst, b...)
+}
+
+// byteBudget bounds the bytes of request bodies in flight, in units of
+// budgetUnit. One acquirer takes units at a time (lock), so two large lines
+// can never each hold part of what the other waits for.
+type byteBudget struct {
+	lock   chan struct{}
+	tokens chan struct{}
+}
+
+const budgetUnit = 64 << 10
+
+func newByteBudget(limit int64) *byteBudget {
+	n := max(limit/budgetUnit, 1)
+	return &byteBudget{lock: make(chan struct{}, 1), tokens: make(chan struct{}, n)}
+}
+
+// acquire takes room for n bytes (a line larger than the whole budget takes
+// all of it); it fails if halt closes or ctx ends first.
+func (b *byteBudget) acquire(ctx context.Context, halt <-chan struct{}, n int) (int, bool) {
+	units := min(max((n+budgetUnit-1)/budgetUnit, 1), cap(b.tokens))
+	select {
+	case b.lock <- struct{}{}:
+	case <-halt:
+		return 0, false
+	case <-ctx.Done():
+		return 0, false
+	}
+	defer func() { <-b.lock }()
+	for i := range units {
+		select {
+		case b.tokens <- struct{}{}:
+		case <-halt:
+			b.release(i)
+			return 0, false
+		case <-ctx.Done():
+			b.release(i)
+			return 0, false
+		}
+	}
+	return units, true
+}
+
+func (b *byteBudget) release(units int) {
+	for range units {
+		<-b.tokens
+	}
+}

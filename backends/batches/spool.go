@@ -1,0 +1,208 @@
+package batches
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/tidwall/gjson"
+)
+
+// Spool file names inside DATA_DIR/batches/<id>/.
+const (
+	spoolOutput = "output.jsonl"
+	spoolErrors = "errors.jsonl"
+)
+
+// spoolFile is one of a running batch's result files. Lines are appended
+// whole, one write each under the mutex, so concurrent workers never
+// interleave; a crash can leave at most a partial last line, which
+// openSpool cuts off.
+type spoolFile struct {
+	mu     sync.Mutex
+	f      *os.File
+	dirty  bool  // written since the last sync
+	broken error // a failed write: the file may end in a partial line
+}
+
+// append writes one line (ending in a newline).
+func (sf *spoolFile) append(line []byte) error {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.broken != nil {
+		return sf.broken
+	}
+	if _, err := sf.f.Write(line); err != nil {
+		// Writing after a short write would put a line after a fragment;
+		// stop here and let openSpool cut the fragment on the next run.
+		sf.broken = fmt.Errorf("write spool: %w", err)
+		return sf.broken
+	}
+	sf.dirty = true
+	return nil
+}
+
+// sync flushes the file to disk. The lock is not held during the fsync,
+// which can take a while: workers keep appending meanwhile.
+func (sf *spoolFile) sync() error {
+	sf.mu.Lock()
+	f := sf.f
+	if !sf.dirty || sf.broken != nil || f == nil {
+		sf.mu.Unlock()
+		return nil
+	}
+	sf.dirty = false
+	sf.mu.Unlock()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync spool: %w", err)
+	}
+	return nil
+}
+
+// spool is a batch's pair of result files.
+type spool struct {
+	out, errs *spoolFile
+}
+
+// spoolState is what the spool files already hold: the custom_ids with a
+// result (when asked for) and the counts and usage of those results.
+type spoolState struct {
+	done   map[idKey]struct{} // nil unless asked for
+	counts counts
+}
+
+// openSpool opens (creating) the spool files in dir and reads what they
+// hold. Everything after the last complete, well-formed line (a line cut
+// short by a crash) is truncated away, so the files hold whole results only
+// and those lines' custom_ids are sent again. withDone asks for the set of
+// custom_ids done.
+func openSpool(dir string, maxLine int, withDone bool) (*spool, spoolState, error) {
+	var st spoolState
+	if withDone {
+		st.done = map[idKey]struct{}{}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, st, fmt.Errorf("spool: %w", err)
+	}
+	sp := &spool{}
+	for _, name := range []string{spoolOutput, spoolErrors} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			sp.close()
+			return nil, st, fmt.Errorf("spool: %w", err)
+		}
+		sf := &spoolFile{f: f}
+		if name == spoolOutput {
+			sp.out = sf
+		} else {
+			sp.errs = sf
+		}
+		if err := scanSpool(f, maxLine, name == spoolOutput, &st); err != nil {
+			sp.close()
+			return nil, st, fmt.Errorf("spool %s: %w", name, err)
+		}
+	}
+	return sp, st, nil
+}
+
+// scanSpool reads f's result lines into st and truncates f after the last
+// good one.
+func scanSpool(f *os.File, maxLine int, output bool, st *spoolState) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	lr := newLineReader(f, maxLine)
+	var good int64
+	for {
+		line, tooLong, complete, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if tooLong || !complete || !gjson.ValidBytes(line) {
+			break
+		}
+		cid := gjson.GetBytes(line, "custom_id")
+		if cid.Type != gjson.String {
+			break
+		}
+		if st.done != nil {
+			st.done[keyOf(cid.Str)] = struct{}{}
+		}
+		if output {
+			st.counts.Completed++
+			st.counts.addUsage(gjson.GetBytes(line, "response.body.usage"))
+		} else {
+			st.counts.Failed++
+		}
+		good = lr.off
+	}
+	st2, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st2.Size() != good {
+		if err := f.Truncate(good); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addUsage adds a response's usage object: chat completions and embeddings
+// (prompt_tokens, completion_tokens) or responses (input_tokens,
+// output_tokens). One pass over its keys: it runs for every result.
+func (c *counts) addUsage(u gjson.Result) {
+	if !u.IsObject() {
+		return
+	}
+	var in, out, total int64
+	u.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "input_tokens", "prompt_tokens":
+			in += v.Int()
+		case "output_tokens", "completion_tokens":
+			out += v.Int()
+		case "total_tokens":
+			total += v.Int()
+		case "input_tokens_details", "prompt_tokens_details":
+			c.CachedTokens += v.Get("cached_tokens").Int()
+		case "output_tokens_details", "completion_tokens_details":
+			c.ReasoningTokens += v.Get("reasoning_tokens").Int()
+		}
+		return true
+	})
+	if total == 0 {
+		total = in + out
+	}
+	c.InputTokens += in
+	c.OutputTokens += out
+	c.TotalTokens += total
+}
+
+func (sp *spool) sync() error {
+	return errors.Join(sp.out.sync(), sp.errs.sync())
+}
+
+// close closes the files; it may be called more than once.
+func (sp *spool) close() {
+	for _, sf := range []*spoolFile{sp.out, sp.errs} {
+		if sf == nil {
+			continue
+		}
+		sf.mu.Lock()
+		if sf.f != nil {
+			_ = sf.f.Close()
+			sf.f = nil
+			sf.broken = errSpoolClosed
+		}
+		sf.mu.Unlock()
+	}
+}
+
+var errSpoolClosed = errors.New("spool closed")

@@ -1,0 +1,513 @@
+package batches
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Batch statuses (OpenAI's).
+const (
+	statusValidating = "validating"
+	statusFailed     = "failed"
+	statusInProgress = "in_progress"
+	statusFinalizing = "finalizing"
+	statusCompleted  = "completed"
+	statusExpired    = "expired"
+	statusCancelling = "cancelling"
+	statusCancelled  = "cancelled"
+)
+
+// activeStatuses are the statuses that count against MaxActive and that Run
+// picks up after a restart.
+var activeStatuses = []string{statusValidating, statusInProgress, statusFinalizing, statusCancelling}
+
+func terminal(status string) bool {
+	switch status {
+	case statusFailed, statusCompleted, statusExpired, statusCancelled:
+		return true
+	}
+	return false
+}
+
+// stampColumn is the timestamp column a status sets when a batch enters it.
+var stampColumn = map[string]string{
+	statusInProgress: "in_progress_at",
+	statusFinalizing: "finalizing_at",
+	statusCompleted:  "completed_at",
+	statusFailed:     "failed_at",
+	statusExpired:    "expired_at",
+	statusCancelling: "cancelling_at",
+	statusCancelled:  "cancelled_at",
+}
+
+// batch is a stored batch. Timestamps are Unix seconds, 0 when unset.
+type batch struct {
+	ID, Owner, Endpoint, Model, InputFileID, CompletionWindow, Status string
+	OutputFileID, ErrorFileID                                         string
+	Errors                                                            []batchError
+	CreatedAt, InProgressAt, ExpiresAt, FinalizingAt, CompletedAt     int64
+	FailedAt, ExpiredAt, CancellingAt, CancelledAt                    int64
+	Counts                                                            counts
+	Metadata                                                          map[string]string
+	// OutputExpiresAfter is the retention of the output and error files in
+	// seconds, 0 for the default.
+	OutputExpiresAfter int64
+}
+
+// batchError is one entry of a failed batch's errors.data.
+type batchError struct {
+	Code    string  `json:"code"`
+	Message string  `json:"message"`
+	Param   *string `json:"param"`
+	Line    *int    `json:"line"`
+}
+
+// counts are a batch's progress: request_counts and usage.
+type counts struct {
+	Total, Completed, Failed                                              int64
+	InputTokens, CachedTokens, OutputTokens, ReasoningTokens, TotalTokens int64
+}
+
+var (
+	errNotFound   = errors.New("batches: not found")
+	errLimit      = errors.New("batches: too many active batches")
+	errBadCursor  = errors.New("batches: unknown cursor")
+	errNewerStore = errors.New("batches: database schema is newer than this binary")
+)
+
+const (
+	dbFile = "batches.db"
+	// busyTimeout is how long a statement waits for another connection to
+	// release the write lock. Writes are small (a row, a progress update),
+	// so this only needs to cover a checkpoint.
+	busyTimeout = 5 * time.Second
+)
+
+// store is the SQLite batch table.
+type store struct {
+	db  *sql.DB
+	dir string // the data directory, absolute
+}
+
+func openStore(ctx context.Context, dataDir string) (*store, error) {
+	if dataDir == "" {
+		return nil, errors.New("batches: open: empty data directory")
+	}
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("batches: open: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("batches: open: %w", err)
+	}
+	path := filepath.Join(dir, dbFile)
+	// Created here so it gets 0600: SQLite would use 0644 and copy that to
+	// the -wal and -shm files. Batch metadata is the owners' data.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("batches: open: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("batches: open: %w", err)
+	}
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("batches: open %s: %w", path, err)
+	}
+	s := &store{db: db, dir: dir}
+	// Some lock acquisitions during a journal mode change or WAL recovery
+	// fail with SQLITE_BUSY without calling the busy handler.
+	err = retryBusy(ctx, func() error {
+		var mode string
+		if err := db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+			return fmt.Errorf("set journal mode: %w", err)
+		}
+		if !strings.EqualFold(mode, "wal") {
+			return fmt.Errorf("%w (got %q)", errNotWAL, mode)
+		}
+		return s.migrate(ctx)
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("batches: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// dsn is the modernc.org/sqlite data source name: busy timeout on every
+// pooled connection, and BEGIN IMMEDIATE so a read-then-write transaction
+// (the active-batch count and the insert) takes the write lock up front
+// instead of failing on the lock upgrade.
+func dsn(path string) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	q.Set("_txlock", "immediate")
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	// A file: URI so a data directory containing '?' or '%' is not taken
+	// for parameters.
+	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
+	return u.String()
+}
+
+var errNotWAL = errors.New("journal mode is not wal")
+
+// retryBusy calls f until it succeeds, fails otherwise than "database busy",
+// ctx ends, or busyTimeout has passed.
+func retryBusy(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(busyTimeout)
+	wait := 5 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+func isBusy(err error) bool {
+	if errors.Is(err, errNotWAL) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
+// migrations[i] brings the schema from version i to i+1 (PRAGMA
+// user_version: the file is this package's alone). Append only.
+var migrations = []string{
+	// seq orders listings (newest first) and is the pagination cursor's
+	// position. errors and metadata are JSON, NULL when absent.
+	`CREATE TABLE batches (
+		seq                INTEGER PRIMARY KEY AUTOINCREMENT,
+		id                 TEXT NOT NULL UNIQUE,
+		owner              TEXT NOT NULL,
+		endpoint           TEXT NOT NULL,
+		model              TEXT NOT NULL DEFAULT '',
+		input_file_id      TEXT NOT NULL,
+		completion_window  TEXT NOT NULL,
+		status             TEXT NOT NULL,
+		output_file_id     TEXT NOT NULL DEFAULT '',
+		error_file_id      TEXT NOT NULL DEFAULT '',
+		errors             TEXT,
+		metadata           TEXT,
+		output_expires_after INTEGER NOT NULL DEFAULT 0,
+		created_at         INTEGER NOT NULL,
+		in_progress_at     INTEGER NOT NULL DEFAULT 0,
+		expires_at         INTEGER NOT NULL,
+		finalizing_at      INTEGER NOT NULL DEFAULT 0,
+		completed_at       INTEGER NOT NULL DEFAULT 0,
+		failed_at          INTEGER NOT NULL DEFAULT 0,
+		expired_at         INTEGER NOT NULL DEFAULT 0,
+		cancelling_at      INTEGER NOT NULL DEFAULT 0,
+		cancelled_at       INTEGER NOT NULL DEFAULT 0,
+		total              INTEGER NOT NULL DEFAULT 0,
+		completed          INTEGER NOT NULL DEFAULT 0,
+		failed             INTEGER NOT NULL DEFAULT 0,
+		input_tokens       INTEGER NOT NULL DEFAULT 0,
+		cached_tokens      INTEGER NOT NULL DEFAULT 0,
+		output_tokens      INTEGER NOT NULL DEFAULT 0,
+		reasoning_tokens   INTEGER NOT NULL DEFAULT 0,
+		total_tokens       INTEGER NOT NULL DEFAULT 0
+	) STRICT;
+	CREATE INDEX batches_owner ON batches (owner, seq);
+	CREATE INDEX batches_status ON batches (status);`,
+}
+
+func (s *store) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("migrate: %w (version %d, this binary knows %d)", errNewerStore, version, len(migrations))
+	}
+	if version == len(migrations) {
+		return nil
+	}
+	for v := version; v < len(migrations); v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+	}
+	// PRAGMA takes no bound parameters; the value is a constant.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+		return fmt.Errorf("migrate: write version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+func (s *store) close() error { return s.db.Close() }
+
+const batchColumns = `id, owner, endpoint, model, input_file_id, completion_window, status,
+	output_file_id, error_file_id, errors, metadata, output_expires_after,
+	created_at, in_progress_at, expires_at, finalizing_at, completed_at, failed_at, expired_at,
+	cancelling_at, cancelled_at, total, completed, failed,
+	input_tokens, cached_tokens, output_tokens, reasoning_tokens, total_tokens`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanBatch(r scanner) (batch, error) {
+	var b batch
+	var errs, meta sql.NullString
+	c := &b.Counts
+	err := r.Scan(&b.ID, &b.Owner, &b.Endpoint, &b.Model, &b.InputFileID, &b.CompletionWindow, &b.Status,
+		&b.OutputFileID, &b.ErrorFileID, &errs, &meta, &b.OutputExpiresAfter,
+		&b.CreatedAt, &b.InProgressAt, &b.ExpiresAt, &b.FinalizingAt, &b.CompletedAt, &b.FailedAt, &b.ExpiredAt,
+		&b.CancellingAt, &b.CancelledAt, &c.Total, &c.Completed, &c.Failed,
+		&c.InputTokens, &c.CachedTokens, &c.OutputTokens, &c.ReasoningTokens, &c.TotalTokens)
+	if err != nil {
+		return batch{}, err
+	}
+	if errs.Valid {
+		if err := json.Unmarshal([]byte(errs.String), &b.Errors); err != nil {
+			return batch{}, fmt.Errorf("batch %s: errors: %w", b.ID, err)
+		}
+	}
+	if meta.Valid {
+		if err := json.Unmarshal([]byte(meta.String), &b.Metadata); err != nil {
+			return batch{}, fmt.Errorf("batch %s: metadata: %w", b.ID, err)
+		}
+	}
+	return b, nil
+}
+
+func nullJSON(v any, isNil bool) (sql.NullString, error) {
+	if isNil {
+		return sql.NullString{}, nil
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		return sql.NullString{}, err
+	}
+	return sql.NullString{String: string(j), Valid: true}, nil
+}
+
+// insert stores a new batch unless its owner already has maxActive batches
+// not in a terminal state (errLimit). The count and the insert share one
+// IMMEDIATE transaction, so concurrent creates cannot both pass the check.
+func (s *store) insert(ctx context.Context, b batch, maxActive int) error {
+	meta, err := nullJSON(b.Metadata, b.Metadata == nil)
+	if err != nil {
+		return fmt.Errorf("batches: insert: %w", err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("batches: insert: %w", err)
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx,
+		`SELECT count(*) FROM batches WHERE owner = ? AND status IN (?, ?, ?, ?)`,
+		b.Owner, activeStatuses[0], activeStatuses[1], activeStatuses[2], activeStatuses[3]).Scan(&n); err != nil {
+		return fmt.Errorf("batches: insert: %w", err)
+	}
+	if n >= maxActive {
+		return errLimit
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO batches
+		(id, owner, endpoint, input_file_id, completion_window, status, metadata, output_expires_after, created_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		b.ID, b.Owner, b.Endpoint, b.InputFileID, b.CompletionWindow, b.Status, meta, b.OutputExpiresAfter,
+		b.CreatedAt, b.ExpiresAt); err != nil {
+		return fmt.Errorf("batches: insert: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("batches: insert: %w", err)
+	}
+	return nil
+}
+
+// get returns owner's batch id; another owner's is errNotFound.
+func (s *store) get(ctx context.Context, owner, id string) (batch, error) {
+	b, err := scanBatch(s.db.QueryRowContext(ctx,
+		`SELECT `+batchColumns+` FROM batches WHERE id = ? AND owner = ?`, id, owner))
+	if errors.Is(err, sql.ErrNoRows) {
+		return batch{}, errNotFound
+	}
+	if err != nil {
+		return batch{}, fmt.Errorf("batches: get: %w", err)
+	}
+	return b, nil
+}
+
+// load returns batch id whoever owns it: the runner's read.
+func (s *store) load(ctx context.Context, id string) (batch, error) {
+	b, err := scanBatch(s.db.QueryRowContext(ctx, `SELECT `+batchColumns+` FROM batches WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return batch{}, errNotFound
+	}
+	if err != nil {
+		return batch{}, fmt.Errorf("batches: load: %w", err)
+	}
+	return b, nil
+}
+
+// list returns up to limit of owner's batches, newest first, after the batch
+// named by after ("" from the newest), and whether more follow.
+func (s *store) list(ctx context.Context, owner, after string, limit int) ([]batch, bool, error) {
+	cursor := int64(1<<63 - 1)
+	if after != "" {
+		err := s.db.QueryRowContext(ctx, `SELECT seq FROM batches WHERE id = ? AND owner = ?`, after, owner).Scan(&cursor)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, false, errBadCursor
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("batches: list: %w", err)
+		}
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+batchColumns+` FROM batches
+		WHERE owner = ? AND seq < ? ORDER BY seq DESC LIMIT ?`, owner, cursor, limit+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("batches: list: %w", err)
+	}
+	defer rows.Close()
+	var out []batch
+	for rows.Next() {
+		b, err := scanBatch(rows)
+		if err != nil {
+			return nil, false, fmt.Errorf("batches: list: %w", err)
+		}
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("batches: list: %w", err)
+	}
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	return out, more, nil
+}
+
+// active returns the ids of the batches not in a terminal state, oldest
+// first, for Run to pick up.
+func (s *store) active(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM batches WHERE status IN (?, ?, ?, ?) ORDER BY seq`,
+		activeStatuses[0], activeStatuses[1], activeStatuses[2], activeStatuses[3])
+	if err != nil {
+		return nil, fmt.Errorf("batches: active: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("batches: active: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("batches: active: %w", err)
+	}
+	return ids, nil
+}
+
+// activeBatch reports whether batch id exists and is not in a terminal state
+// (for sweeping leftover spool directories).
+func (s *store) activeBatch(ctx context.Context, id string) (bool, error) {
+	var status string
+	err := s.db.QueryRowContext(ctx, `SELECT status FROM batches WHERE id = ?`, id).Scan(&status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("batches: status: %w", err)
+	}
+	return !terminal(status), nil
+}
+
+// set is a column assignment of an update; columns are constants of this
+// file, never input.
+type set struct {
+	col string
+	val any
+}
+
+func countSets(c counts) []set {
+	return []set{{"total", c.Total}, {"completed", c.Completed}, {"failed", c.Failed},
+		{"input_tokens", c.InputTokens}, {"cached_tokens", c.CachedTokens}, {"output_tokens", c.OutputTokens},
+		{"reasoning_tokens", c.ReasoningTokens}, {"total_tokens", c.TotalTokens}}
+}
+
+// transition moves batch id to status to, stamping the status's timestamp
+// with now and applying sets, if its status is one of from. It reports
+// whether it did: the status is compared and set in one statement, so a
+// cancel and the runner's own transitions never overwrite each other.
+func (s *store) transition(ctx context.Context, id string, from []string, to string, now time.Time, sets ...set) (bool, error) {
+	cols := []string{"status = ?"}
+	args := []any{to}
+	if c, ok := stampColumn[to]; ok {
+		cols = append(cols, c+" = ?")
+		args = append(args, now.Unix())
+	}
+	for _, st := range sets {
+		cols = append(cols, st.col+" = ?")
+		args = append(args, st.val)
+	}
+	args = append(args, id)
+	q := `UPDATE batches SET ` + strings.Join(cols, ", ") + ` WHERE id = ? AND status IN (?` + strings.Repeat(", ?", len(from)-1) + `)`
+	for _, f := range from {
+		args = append(args, f)
+	}
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return false, fmt.Errorf("batches: %s -> %s: %w", id, to, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("batches: %s -> %s: %w", id, to, err)
+	}
+	return n == 1, nil
+}
+
+// update applies sets to batch id without changing its status.
+func (s *store) update(ctx context.Context, id string, sets ...set) error {
+	cols := make([]string, 0, len(sets))
+	args := make([]any, 0, len(sets)+1)
+	for _, st := range sets {
+		cols = append(cols, st.col+" = ?")
+		args = append(args, st.val)
+	}
+	args = append(args, id)
+	if _, err := s.db.ExecContext(ctx, `UPDATE batches SET `+strings.Join(cols, ", ")+` WHERE id = ?`, args...); err != nil {
+		return fmt.Errorf("batches: update %s: %w", id, err)
+	}
+	return nil
+}

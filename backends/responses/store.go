@@ -1,0 +1,283 @@
+package responses
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+const (
+	// dbFile is the Responses service's own database inside the data
+	// directory: its writes never wait on the files or batches stores.
+	dbFile = "responses.db"
+	// busyTimeout is how long a statement waits for another connection's
+	// lock before failing.
+	busyTimeout = 5 * time.Second
+	// maxChain bounds how many responses a previous_response_id chain is
+	// walked through, so a pathological chain cannot pin a request.
+	maxChain = 1000
+)
+
+// errNotFound is a response id that is absent, expired, deleted or another
+// owner's: the store does not tell them apart.
+var errNotFound = errors.New("responses: not found")
+
+// stored is one stored response.
+type stored struct {
+	ID, Owner, PreviousID string
+	CreatedAt, ExpiresAt  time.Time
+	// Body is the Response object as returned to the client.
+	Body []byte
+	// Input is this response's own input items (a JSON array), normalized
+	// with ids; Output is its output items (a JSON array).
+	Input, Output []byte
+}
+
+// store keeps responses in SQLite.
+type store struct {
+	db *sql.DB
+}
+
+func openStore(ctx context.Context, dataDir string) (*store, error) {
+	if dataDir == "" {
+		return nil, errors.New("responses: open store: empty data directory")
+	}
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("responses: open store: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("responses: open store: %w", err)
+	}
+	path := filepath.Join(dir, dbFile)
+	// Created here with 0600: SQLite copies the main file's mode to the -wal
+	// and -shm files, and stored conversations are the owners' data.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("responses: open store: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("responses: open store: %w", err)
+	}
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("responses: open store %s: %w", path, err)
+	}
+	s := &store{db: db}
+	if err := retryBusy(ctx, func() error { return s.init(ctx) }); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("responses: open store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// dsn is the modernc.org/sqlite data source name: parameters apply to every
+// pooled connection (busy_timeout is per connection); BEGIN IMMEDIATE takes
+// the write lock up front so read-then-write transactions cannot deadlock on
+// the lock upgrade.
+func dsn(path string) string {
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	q.Set("_txlock", "immediate")
+	p := filepath.ToSlash(path)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
+	return u.String()
+}
+
+// migrations[i] brings the schema from version i to i+1 (PRAGMA
+// user_version: the file is this package's alone). Append only.
+var migrations = []string{
+	`CREATE TABLE responses (
+		id          TEXT PRIMARY KEY,
+		owner       TEXT NOT NULL,
+		previous_id TEXT NOT NULL,   -- '' when the response starts a conversation
+		created_at  INTEGER NOT NULL, -- Unix seconds
+		expires_at  INTEGER NOT NULL, -- Unix seconds
+		body        BLOB NOT NULL,    -- the Response object
+		input       BLOB NOT NULL,    -- this response's input items, JSON array
+		output      BLOB NOT NULL     -- its output items, JSON array
+	) STRICT;
+	CREATE INDEX responses_expires ON responses (expires_at);`,
+}
+
+func (s *store) init(ctx context.Context) error {
+	// WAL lets reads (GET, chain walks) proceed while a create writes.
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
+		return fmt.Errorf("set journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("%w (got %q)", errNotWAL, mode)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("migrate: schema version %d is newer than this binary supports (%d)", version, len(migrations))
+	}
+	if version == len(migrations) {
+		return nil
+	}
+	for v := version; v < len(migrations); v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", v+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
+		return fmt.Errorf("migrate: write version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+var errNotWAL = errors.New("journal mode is not wal")
+
+// retryBusy retries f while the database is locked by another process
+// opening it (journal mode changes can return SQLITE_BUSY without waiting).
+func retryBusy(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(busyTimeout)
+	wait := 5 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+func isBusy(err error) bool {
+	if errors.Is(err, errNotWAL) {
+		return true
+	}
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
+func (s *store) close() error { return s.db.Close() }
+
+func (s *store) put(ctx context.Context, r *stored) error {
+	_, err := s.db.ExecContext(ctx,
+		`INSERT INTO responses (id, owner, previous_id, created_at, expires_at, body, input, output)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.Owner, r.PreviousID, r.CreatedAt.Unix(), r.ExpiresAt.Unix(), r.Body, r.Input, r.Output)
+	if err != nil {
+		return fmt.Errorf("responses: store %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// body returns the stored Response object of owner's id, live at now.
+func (s *store) body(ctx context.Context, owner, id string, now time.Time) ([]byte, error) {
+	var b []byte
+	err := s.db.QueryRowContext(ctx,
+		`SELECT body FROM responses WHERE id = ? AND owner = ? AND expires_at > ?`,
+		id, owner, now.Unix()).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("responses: get %s: %w", id, err)
+	}
+	return b, nil
+}
+
+func (s *store) delete(ctx context.Context, owner, id string, now time.Time) error {
+	res, err := s.db.ExecContext(ctx,
+		`DELETE FROM responses WHERE id = ? AND owner = ? AND expires_at > ?`, id, owner, now.Unix())
+	if err != nil {
+		return fmt.Errorf("responses: delete %s: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("responses: delete %s: %w", id, err)
+	} else if n == 0 {
+		return errNotFound
+	}
+	return nil
+}
+
+// chain returns the conversation that id ends: id's response and its
+// ancestors through previous_response_id, oldest first, each with its input
+// and output items. The walk stops at an ancestor that is gone (deleted or
+// expired): that part of the history no longer exists. errNotFound when id
+// itself is not owner's live response.
+func (s *store) chain(ctx context.Context, owner, id string, now time.Time) ([]stored, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		WITH RECURSIVE chain(id, previous_id, input, output, depth) AS (
+			SELECT id, previous_id, input, output, 0 FROM responses
+			 WHERE id = ? AND owner = ? AND expires_at > ?
+			UNION ALL
+			SELECT r.id, r.previous_id, r.input, r.output, c.depth + 1
+			  FROM responses r JOIN chain c ON r.id = c.previous_id
+			 WHERE r.owner = ? AND r.expires_at > ? AND c.depth < ?
+		)
+		SELECT id, previous_id, input, output FROM chain ORDER BY depth DESC`,
+		id, owner, now.Unix(), owner, now.Unix(), maxChain)
+	if err != nil {
+		return nil, fmt.Errorf("responses: chain of %s: %w", id, err)
+	}
+	defer rows.Close()
+	var out []stored
+	for rows.Next() {
+		var r stored
+		if err := rows.Scan(&r.ID, &r.PreviousID, &r.Input, &r.Output); err != nil {
+			return nil, fmt.Errorf("responses: chain of %s: %w", id, err)
+		}
+		r.Owner = owner
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("responses: chain of %s: %w", id, err)
+	}
+	if len(out) == 0 {
+		return nil, errNotFound
+	}
+	return out, nil
+}
+
+// sweep deletes responses expired at now and reports how many.
+func (s *store) sweep(ctx context.Context, now time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM responses WHERE expires_at <= ?`, now.Unix())
+	if err != nil {
+		return 0, fmt.Errorf("responses: sweep: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("responses: sweep: %w", err)
+	}
+	return n, nil
+}

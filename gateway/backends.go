@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/switchyard-ai/switchyard/backends"
+	"github.com/switchyard-ai/switchyard/backends/onbehalf"
+	"github.com/switchyard-ai/switchyard/config"
+)
+
+// InternalTokenEnv names the environment variable holding the internal
+// token extproc and the backends share (docs/backends-design.md).
+const InternalTokenEnv = "SWITCHYARD_INTERNAL_TOKEN"
+
+// BackendsOptions configure the backends service (files, batches,
+// responses) on its own: `switchyard backends`, or Start's in-process one.
+type BackendsOptions struct {
+	// Listen is the backends' address; the data plane's backends cluster
+	// points at it. It must not be reachable by clients except through
+	// the data plane.
+	Listen string
+	// Listener, when set, is used instead of Listen (Start listens first
+	// so the control plane can name the address).
+	Listener net.Listener
+	// DataDir holds the files, batches and responses databases and blobs.
+	DataDir string
+	// GatewayURL is the gateway's OpenAI base URL (ending in /v1), which
+	// batch lines and responses are sent through.
+	GatewayURL string
+	// GatewayCAFile, when set, is the CA bundle that verifies GatewayURL's
+	// certificate (the listener's own certificate, for a self-signed one).
+	GatewayCAFile string
+	// Token is the internal token; required.
+	Token  string
+	Logger *slog.Logger
+}
+
+// StartBackends serves the backends until the Component is closed.
+func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.Token == "" {
+		return nil, fmt.Errorf("gateway: backends: the internal token (%s) is not set", InternalTokenEnv)
+	}
+	c := &Component{}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	gw := onbehalf.New(opts.GatewayURL, opts.Token)
+	if opts.GatewayCAFile != "" {
+		pem, err := os.ReadFile(opts.GatewayCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: backends: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("gateway: backends: %s holds no PEM certificate", opts.GatewayCAFile)
+		}
+		gw.HTTP.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	svc, err := backends.New(ctx, backends.Options{DataDir: opts.DataDir, Token: opts.Token, Gateway: gw, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, svc.Close)
+	lis := opts.Listener
+	if lis == nil {
+		if lis, err = net.Listen("tcp", opts.Listen); err != nil {
+			return nil, fmt.Errorf("gateway: backends: %w", err)
+		}
+	}
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("backends server stopped", "error", err)
+		}
+	}()
+	c.Addr = lis.Addr()
+	c.ready = func() bool { return true }
+	// Close stops the server first, then the service (its runner and
+	// stores), so no handler runs on a closed store.
+	c.closers = append(c.closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	return c, nil
+}
+
+// inProcessBackends reports whether Start serves the backends itself: when
+// the configuration names no backends service of its own.
+func inProcessBackends(cfg *config.Config) bool { return cfg.Backends == nil }
