@@ -16,8 +16,10 @@ import (
 )
 
 // The batch step: a 50,000-line batch through Switchyard to the fake
-// upstream, measured in lines per second and the gateway's peak RSS. It runs
-// only when the gateway serves /v1/batches; until then the report says so.
+// upstream, measured in lines per second and the gateway's peak RSS; the
+// output and error files are then downloaded and their lines counted against
+// the batch's request_counts. It runs only when the gateway serves
+// /v1/batches; until then the report says so.
 
 const batchLines = 50_000
 
@@ -142,6 +144,8 @@ func runBatch(ctx context.Context, base, key string, gw *proc, dir string) batch
 	var batch struct {
 		ID            string `json:"id"`
 		Status        string `json:"status"`
+		OutputFileID  string `json:"output_file_id"`
+		ErrorFileID   string `json:"error_file_id"`
 		RequestCounts struct {
 			Total     int `json:"total"`
 			Completed int `json:"completed"`
@@ -167,6 +171,24 @@ func runBatch(ctx context.Context, base, key string, gw *proc, dir string) batch
 			if res.Elapsed > 0 {
 				res.LinesPerSec = float64(res.Completed) / res.Elapsed.Seconds()
 			}
+			// Download the results, as a client would, and check they
+			// hold one line per request the batch counted.
+			for _, f := range []struct {
+				id   string
+				want int
+				kind string
+			}{{batch.OutputFileID, res.Completed, "output"}, {batch.ErrorFileID, res.Failed, "error"}} {
+				if f.id == "" && f.want == 0 {
+					continue
+				}
+				n, err := countLines(ctx, base, key, f.id)
+				if err != nil {
+					return fail("download %s file: %v", f.kind, err)
+				}
+				if n != f.want {
+					return fail("%s file has %d lines, the batch counts %d", f.kind, n, f.want)
+				}
+			}
 			return res
 		}
 		if time.Now().After(deadline) {
@@ -175,6 +197,39 @@ func runBatch(ctx context.Context, base, key string, gw *proc, dir string) batch
 		time.Sleep(250 * time.Millisecond)
 		if err := call(http.MethodGet, "/v1/batches/"+batch.ID, "", nil, &batch); err != nil {
 			return fail("poll: %v", err)
+		}
+	}
+}
+
+// countLines downloads a file's content (GET /v1/files/{id}/content) and
+// counts its lines, streaming: an output file can be larger than the input.
+func countLines(ctx context.Context, base, key, id string) (int, error) {
+	if id == "" {
+		return 0, fmt.Errorf("no file id")
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/files/"+id+"/content", nil)
+	req.Header.Set("authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		return 0, fmt.Errorf("GET content: %d %s", resp.StatusCode, b)
+	}
+	n := 0
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 && chunk[len(chunk)-1] == '\n' {
+			n++
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return n, err
 		}
 	}
 }

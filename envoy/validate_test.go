@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -78,10 +79,10 @@ func TestValidateRejects(t *testing.T) {
 			mutateHCM(t, c.listener(t, "public"), func(h *hcmv3.HttpConnectionManager) { h.HttpFilters = h.HttpFilters[:2] })
 		}, []string{`listener "public"`, "http_filters[1]", `"envoy.filters.http.ratelimit"`, "not the router"}},
 		{"route to a missing cluster", func(t *testing.T, c *Config) {
-			// Route 4 is the first model route, after the backends' four.
+			// The first model route comes after the backends' routes.
 			c.Routes[0].VirtualHosts[0].Routes[len(controlplane.BackendPaths)].GetRoute().ClusterSpecifier =
 				&routev3.RouteAction_Cluster{Cluster: "provider_nope"}
-		}, []string{`route config "switchyard_routes"`, "virtual_hosts[0].routes[4].route.cluster", `cluster "provider_nope" does not exist`}},
+		}, []string{`route config "switchyard_routes"`, firstModelRoute + ".route.cluster", `cluster "provider_nope" does not exist`}},
 		{"ext_proc cluster missing", func(t *testing.T, c *Config) { c.removeStaticCluster(catalog.ExtProcCluster) },
 			[]string{`listener "public"`, "http_filters[0].typed_config.grpc_service.envoy_grpc.cluster_name", `gRPC cluster "switchyard_extproc" does not exist`}},
 		{"ratelimit cluster missing", func(t *testing.T, c *Config) { c.removeStaticCluster(controlplane.RateLimitCluster) },
@@ -260,14 +261,14 @@ func TestValidateRejects(t *testing.T) {
 		}, []string{`cluster "provider_groq"`, "http_filters[0].typed_config.metadata_options.receiving_namespaces.untyped", `lacks "switchyard"`}},
 		{"retry on an unknown condition", func(t *testing.T, c *Config) {
 			modelRoute(t, c).GetRoute().GetRetryPolicy().RetryOn = "5xx,sometimes"
-		}, []string{`route config "switchyard_routes"`, "routes[4].route.retry_policy.retry_on", `unknown retry condition "sometimes"`}},
+		}, []string{`route config "switchyard_routes"`, firstModelRoute + ".route.retry_policy.retry_on", `unknown retry condition "sometimes"`}},
 		{"retriable status codes without the condition", func(t *testing.T, c *Config) {
 			modelRoute(t, c).GetRoute().GetRetryPolicy().RetryOn = "5xx"
-		}, []string{"routes[4].route.retry_policy.retriable_status_codes", "would be ignored"}},
+		}, []string{firstModelRoute + ".route.retry_policy.retriable_status_codes", "would be ignored"}},
 		{"retry priority with the wrong config", func(t *testing.T, c *Config) {
 			modelRoute(t, c).GetRoute().GetRetryPolicy().GetRetryPriority().ConfigType = &routev3.RetryPolicy_RetryPriority_TypedConfig{
 				TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{})}
-		}, []string{"routes[4].route.retry_policy.retry_priority.typed_config", "PreviousPrioritiesConfig"}},
+		}, []string{firstModelRoute + ".route.retry_policy.retry_priority.typed_config", "PreviousPrioritiesConfig"}},
 		{"ADS transport not V3", func(t *testing.T, c *Config) {
 			c.Bootstrap.DynamicResources.AdsConfig.TransportApiVersion = corev3.ApiVersion_AUTO
 		}, []string{"bootstrap", "dynamic_resources.ads_config.transport_api_version", "must be V3"}},
@@ -370,3 +371,6 @@ func TestParseBootstrapStrict(t *testing.T) {
 		t.Error("empty bootstrap accepted")
 	}
 }
+
+// firstModelRoute is where the first model route sits: after the backends'.
+var firstModelRoute = fmt.Sprintf("virtual_hosts[0].routes[%d]", len(controlplane.BackendPaths))
