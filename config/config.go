@@ -44,6 +44,8 @@ type Config struct {
 	// OutlierDetection decides when a failing provider is taken out of
 	// rotation, and for how long.
 	OutlierDetection OutlierDetection `yaml:"outlier_detection" json:"outlier_detection,omitempty"`
+	// Tools configures the Responses API's built-in tools (tools.go).
+	Tools Tools `yaml:"tools" json:"tools,omitempty"`
 }
 
 // OutlierDetection ejects a provider that keeps failing: after
@@ -171,7 +173,10 @@ const (
 
 // Known enumerations.
 var (
-	ProviderKinds   = []string{"openai", "anthropic", "gemini"}
+	ProviderKinds = []string{"openai", "anthropic", "gemini"}
+	// DemoKinds are the fake upstreams the gateway can start: every
+	// provider kind, and the Brave Search API for web_search.
+	DemoKinds       = append(append([]string(nil), ProviderKinds...), "brave")
 	RoutingPolicies = []string{RoutingPriority, RoutingWeighted, RoutingLatency}
 	Regions         = []string{"us", "asia"}
 	Capabilities    = []string{"chat", "embeddings", "responses", "tools"}
@@ -308,6 +313,16 @@ func (c *Config) Provider(name string) (*Provider, bool) {
 	return nil, false
 }
 
+// Model returns the model with the given id.
+func (c *Config) Model(id string) (*Model, bool) {
+	for i := range c.Models {
+		if c.Models[i].ID == id {
+			return &c.Models[i], true
+		}
+	}
+	return nil, false
+}
+
 var (
 	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	modelIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._:-]*$`)
@@ -385,6 +400,7 @@ func (v *validator) check(c *Config) {
 		v.fail(fmt.Sprintf("must be one of %v", Regions), "region")
 	}
 	v.checkDeploy(c)
+	v.checkTools(c)
 	if len(c.Listeners) == 0 {
 		v.fail("at least one listener is required", "listeners")
 	}
@@ -422,8 +438,8 @@ func (v *validator) check(c *Config) {
 		if !nameRE.MatchString(d.Name) {
 			v.fail("must be a lower-case name ([a-z0-9_-])", "demo_upstreams", i, "name")
 		}
-		if !contains(ProviderKinds, d.Kind) {
-			v.fail(fmt.Sprintf("must be one of %v", ProviderKinds), "demo_upstreams", i, "kind")
+		if !contains(DemoKinds, d.Kind) {
+			v.fail(fmt.Sprintf("must be one of %v", DemoKinds), "demo_upstreams", i, "kind")
 		}
 		if host, _, err := net.SplitHostPort(d.Listen); err != nil {
 			v.fail("must be host:port", "demo_upstreams", i, "listen")

@@ -40,6 +40,8 @@ type stackOptions struct {
 	maxBody int64
 	// serviceTime is the fake upstream's delay before every answer.
 	serviceTime time.Duration
+	// extraYAML is appended to the stack's configuration (top-level keys).
+	extraYAML string
 	// gateway, if not nil, adjusts the gateway's options.
 	gateway func(*gateway.Options)
 }
@@ -73,7 +75,7 @@ models:
     providers:
       - provider: fake-openai
         upstream_model: fake-chat-1
-`, o.maxBody, up.URL, providerKeyEnv)
+`, o.maxBody, up.URL, providerKeyEnv) + o.extraYAML
 	cfg, err := config.Parse("e2e.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
+	"github.com/switchyard-ai/switchyard/backends/responses"
 	"github.com/switchyard-ai/switchyard/config"
 )
 
@@ -40,7 +41,9 @@ type BackendsOptions struct {
 	// certificate (the listener's own certificate, for a self-signed one).
 	GatewayCAFile string
 	// Token is the internal token; required.
-	Token  string
+	Token string
+	// Tools configures the Responses API's built-in tools.
+	Tools  config.Tools
 	Logger *slog.Logger
 }
 
@@ -71,7 +74,12 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		}
 		gw.HTTP.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	svc, err := backends.New(ctx, backends.Options{DataDir: opts.DataDir, Token: opts.Token, Gateway: gw, Logger: log})
+	bo := backends.Options{DataDir: opts.DataDir, Token: opts.Token, Gateway: gw, Logger: log}
+	if ws := opts.Tools.WebSearch; ws != nil {
+		// Brave is the one kind config accepts.
+		bo.Search = responses.NewBrave(ws.BaseURL, os.Getenv(ws.APIKeyEnv))
+	}
+	svc, err := backends.New(ctx, bo)
 	if err != nil {
 		return nil, err
 	}

@@ -294,7 +294,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	if backendsLis != nil {
 		bo := BackendsOptions{Listener: backendsLis, DataDir: opts.DataDir, GatewayURL: g.BaseURL(), Token: token,
-			Logger: log.With("component", "backends")}
+			Tools: cfg.Tools, Logger: log.With("component", "backends")}
 		if t := g.listener.TLS; t != nil {
 			bo.GatewayCAFile = t.CertFile
 		}
@@ -431,19 +431,29 @@ func dialADS(g *Gateway, addr string, node *corev3.Node, log *slog.Logger) (*ads
 // random credential for this process, so credential injection is exercised
 // end to end even in the demo.
 func startDemoUpstreams(ctx context.Context, cfg *config.Config, g *Gateway) error {
+	// Everything that may point at a demo upstream, with its credential
+	// variable: the providers and the web search vendor.
+	type user struct{ baseURL, keyEnv string }
+	var users []user
+	for _, p := range cfg.Providers {
+		users = append(users, user{p.BaseURL, p.APIKeyEnv})
+	}
+	if ws := cfg.Tools.WebSearch; ws != nil {
+		users = append(users, user{ws.BaseURL, ws.APIKeyEnv})
+	}
 	for _, d := range cfg.DemoUpstreams {
 		var apiKey string
-		for _, p := range cfg.Providers {
-			u, err := url.Parse(p.BaseURL)
-			if err != nil || u.Host != d.Listen || p.APIKeyEnv == "" {
+		for _, p := range users {
+			u, err := url.Parse(p.baseURL)
+			if err != nil || u.Host != d.Listen || p.keyEnv == "" {
 				continue
 			}
-			if os.Getenv(p.APIKeyEnv) == "" {
-				if err := os.Setenv(p.APIKeyEnv, randomSecret()); err != nil {
+			if os.Getenv(p.keyEnv) == "" {
+				if err := os.Setenv(p.keyEnv, randomSecret()); err != nil {
 					return err
 				}
 			}
-			apiKey = os.Getenv(p.APIKeyEnv)
+			apiKey = os.Getenv(p.keyEnv)
 		}
 		srv, _, err := fake.Start(ctx, d.Listen, d.Kind, fake.Options{APIKey: apiKey})
 		if err != nil {
@@ -460,6 +470,9 @@ func checkCredentials(cfg *config.Config) error {
 		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
 			errs = append(errs, fmt.Errorf("provider %q: environment variable %s (api_key_env) is not set", p.Name, p.APIKeyEnv))
 		}
+	}
+	if ws := cfg.Tools.WebSearch; ws != nil && ws.APIKeyEnv != "" && os.Getenv(ws.APIKeyEnv) == "" {
+		errs = append(errs, fmt.Errorf("tools.web_search: environment variable %s (api_key_env) is not set", ws.APIKeyEnv))
 	}
 	return errors.Join(errs...)
 }

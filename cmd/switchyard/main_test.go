@@ -110,7 +110,7 @@ func TestRunPrintsWorkingCurl(t *testing.T) {
 	// The embedded default with every demo upstream moved to a free port, so
 	// the test never collides with a `make run` on this machine.
 	cfg := string(mustRead(t, "../../config/default.yaml"))
-	for _, port := range []string{"127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093"} {
+	for _, port := range []string{"127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093", "127.0.0.1:8094"} {
 		if !strings.Contains(cfg, port) {
 			t.Fatalf("default config no longer uses %s; update this test", port)
 		}
@@ -121,6 +121,7 @@ func TestRunPrintsWorkingCurl(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("SWITCHYARD_FAKE_OPENAI_KEY", "")
+	t.Setenv("SWITCHYARD_FAKE_SEARCH_KEY", "")
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut lockedBuffer
 	done := make(chan error, 1)

@@ -20,10 +20,12 @@ const (
 	KindOpenAI    = "openai"
 	KindAnthropic = "anthropic"
 	KindGemini    = "gemini"
+	// KindBrave is the Brave Search API, behind the web_search tool.
+	KindBrave = "brave"
 )
 
-// Handler returns the fake of the given kind (KindOpenAI, KindAnthropic or
-// KindGemini) configured by opts.
+// Handler returns the fake of the given kind (KindOpenAI, KindAnthropic,
+// KindGemini or KindBrave) configured by opts.
 func Handler(kind string, opts Options) (http.Handler, error) {
 	switch kind {
 	case KindOpenAI:
@@ -32,8 +34,10 @@ func Handler(kind string, opts Options) (http.Handler, error) {
 		return NewAnthropic(opts), nil
 	case KindGemini:
 		return NewGemini(opts), nil
+	case KindBrave:
+		return NewBraveSearch(opts), nil
 	}
-	return nil, fmt.Errorf("fake: unknown kind %q (want %s, %s or %s)", kind, KindOpenAI, KindAnthropic, KindGemini)
+	return nil, fmt.Errorf("fake: unknown kind %q (want %s, %s, %s or %s)", kind, KindOpenAI, KindAnthropic, KindGemini, KindBrave)
 }
 
 // Start serves the fake upstream of the given kind (see Handler) configured

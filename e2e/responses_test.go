@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/switchyard-ai/switchyard/providers/fake"
+)
+
+const searchKeyEnv = "SWITCHYARD_E2E_SEARCH_KEY"
+
+// newResponsesStack is a stack whose web_search tool calls a fake Brave
+// Search API.
+func newResponsesStack(t *testing.T) *stack {
+	t.Helper()
+	t.Setenv(searchKeyEnv, "brave-e2e-key")
+	search := httptest.NewServer(fake.NewBraveSearch(fake.Options{APIKey: "brave-e2e-key"}))
+	t.Cleanup(search.Close)
+	return newStack(t, stackOptions{extraYAML: fmt.Sprintf(`tools:
+  web_search:
+    kind: brave
+    base_url: %s
+    api_key_env: %s
+`, search.URL, searchKeyEnv)})
+}
+
+func TestResponsesThroughTheGateway(t *testing.T) {
+	s := newResponsesStack(t)
+	ctx := context.Background()
+	c := s.client()
+
+	r1, err := c.Responses.New(ctx, responses.ResponseNewParams{
+		Model:        "demo/chat",
+		Input:        responses.ResponseNewParamsInputUnion{OfString: openai.String("hello gateway")},
+		Instructions: openai.String("Be brief."),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.OutputText() != "Echo: hello gateway" || r1.Status != responses.ResponseStatusCompleted || r1.Usage.TotalTokens == 0 {
+		t.Fatalf("r1: %q %s %+v", r1.OutputText(), r1.Status, r1.Usage)
+	}
+	// The model call went through the gateway to the provider, with the
+	// instructions as a system message and the provider's own credential.
+	last := s.upstream.all()[len(s.upstream.all())-1]
+	if !strings.Contains(string(last.body), `"Be brief."`) || last.header.Get("authorization") != "Bearer "+s.providerKey {
+		t.Errorf("upstream saw %s (auth %q)", last.body, last.header.Get("authorization"))
+	}
+
+	// Conversation state: the second turn carries the first.
+	r2, err := c.Responses.New(ctx, responses.ResponseNewParams{
+		Model:              "demo/chat",
+		PreviousResponseID: openai.String(r1.ID),
+		Input:              responses.ResponseNewParamsInputUnion{OfString: openai.String("and again")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.OutputText() != "Echo: and again" || r2.Usage.InputTokens <= r1.Usage.InputTokens {
+		t.Errorf("r2: %q, input tokens %d after %d", r2.OutputText(), r2.Usage.InputTokens, r1.Usage.InputTokens)
+	}
+	if got, err := c.Responses.Get(ctx, r2.ID, responses.ResponseGetParams{}); err != nil || got.OutputText() != r2.OutputText() {
+		t.Errorf("get: %v", err)
+	}
+
+	// Streaming events, accumulated as the SDK does.
+	stream := c.Responses.NewStreaming(ctx, responses.ResponseNewParams{
+		Model: "demo/chat",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("stream me please")},
+	})
+	var deltas strings.Builder
+	var completed string
+	var types []string
+	for stream.Next() {
+		ev := stream.Current()
+		types = append(types, ev.Type)
+		switch ev.Type {
+		case "response.output_text.delta":
+			deltas.WriteString(ev.Delta)
+		case "response.completed":
+			completed = ev.Response.OutputText()
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if deltas.String() != "Echo: stream me please" || completed != deltas.String() {
+		t.Errorf("deltas %q, completed %q, events %v", deltas.String(), completed, types)
+	}
+	if len(types) < 4 || types[0] != "response.created" || types[len(types)-1] != "response.completed" {
+		t.Errorf("event order %v", types)
+	}
+
+	// Another owner cannot continue or read the conversation.
+	other := s.client(option.WithAPIKey(s.otherKey(t, "enterprise")))
+	if _, err := other.Responses.Get(ctx, r1.ID, responses.ResponseGetParams{}); err == nil {
+		t.Error("another owner read the response")
+	}
+	if _, err := other.Responses.New(ctx, responses.ResponseNewParams{Model: "demo/chat",
+		PreviousResponseID: openai.String(r1.ID), Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}}); err == nil {
+		t.Error("another owner continued the conversation")
+	}
+
+	// An unknown model is the gateway's 404, passed through.
+	_, err = c.Responses.New(ctx, responses.ResponseNewParams{Model: "nobody/nothing",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")}})
+	apiError(t, err, 404, "model_not_found")
+}
+
+func TestResponsesTools(t *testing.T) {
+	s := newResponsesStack(t)
+	ctx := context.Background()
+	c := s.client()
+
+	weather := responses.ToolParamOfFunction("get_weather", map[string]any{
+		"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []string{"city"},
+	}, false)
+	r1, err := c.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "demo/chat", Tools: []responses.ToolUnionParam{weather},
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("weather in Oslo?")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r1.Output) != 1 || r1.Output[0].Type != "function_call" {
+		t.Fatalf("output %+v", r1.Output)
+	}
+	call := r1.Output[0].AsFunctionCall()
+	r2, err := c.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "demo/chat", Tools: []responses.ToolUnionParam{weather}, PreviousResponseID: openai.String(r1.ID),
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			{OfFunctionCallOutput: &responses.ResponseInputItemFunctionCallOutputParam{
+				CallID: openai.String(call.CallID),
+				Output: responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfString: openai.String("-3C, snow")},
+			}},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2.OutputText() != "The tool returned: -3C, snow" {
+		t.Errorf("r2 = %q", r2.OutputText())
+	}
+
+	// Built-in web search: the gateway runs the search (the fake model
+	// searches for "sample") and cites the results.
+	r3, err := c.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "demo/chat",
+		Tools: []responses.ToolUnionParam{{OfWebSearch: &responses.WebSearchToolParam{Type: responses.WebSearchToolTypeWebSearch}}},
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("news?")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var searched, cited bool
+	for _, item := range r3.Output {
+		switch item.Type {
+		case "web_search_call":
+			searched = item.Status == "completed"
+		case "message":
+			for _, part := range item.Content {
+				for _, a := range part.Annotations {
+					cited = cited || (a.Type == "url_citation" && strings.HasPrefix(a.URL, "https://"))
+				}
+			}
+		}
+	}
+	if !searched || !cited || !strings.HasPrefix(r3.OutputText(), "The tool returned:") {
+		t.Errorf("web search: searched %v cited %v text %q", searched, cited, r3.OutputText())
+	}
+
+	// Tools this gateway does not run are refused by name.
+	_, err = c.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "demo/chat",
+		Tools: []responses.ToolUnionParam{{OfImageGeneration: &responses.ToolImageGenerationParam{}}},
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("draw")},
+	})
+	if e := apiError(t, err, 400, "invalid_value"); e.Param != "tools" {
+		t.Errorf("param = %q", e.Param)
+	}
+}
+
+// TestResponsesCountAgainstRateLimits: a Responses call is a model request
+// on the owner's key, admitted against its requests per minute.
+func TestResponsesCountAgainstRateLimits(t *testing.T) {
+	s := newResponsesStack(t)
+	ctx := context.Background()
+	free := s.client(option.WithAPIKey(s.otherKey(t, "free")))
+	for i := range 10 {
+		if _, err := free.Responses.New(ctx, responses.ResponseNewParams{Model: "demo/chat",
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}); err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+	}
+	_, err := free.Responses.New(ctx, responses.ResponseNewParams{Model: "demo/chat",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("one too many")}})
+	apiError(t, err, 429, "rate_limit_exceeded")
+	if _, err := free.Chat.Completions.New(ctx, chatParams("and chat")); err == nil {
+		t.Error("chat after the responses spent the minute was admitted")
+	}
+}
