@@ -147,3 +147,30 @@ func ExampleValidator_Validate() {
 	err = v.Validate("ErrorResponse", []byte(`{"error":{"type":"server_error","param":null,"code":null}}`))
 	fmt.Println(err != nil)
 }
+
+// TestRecursiveSchemas: the spec's compound filters use $recursiveRef,
+// which must compile, and Response (which reaches them through its tools)
+// must validate a real response.
+func TestRecursiveSchemas(t *testing.T) {
+	path, ok := Find()
+	if !ok {
+		t.Skip("OpenAI spec not found")
+	}
+	v, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter := `{"type":"and","filters":[{"type":"eq","key":"a","value":"b"},{"type":"or","filters":[{"type":"eq","key":"c","value":1}]}]}`
+	if err := v.Validate("CompoundFilter", []byte(filter)); err != nil {
+		t.Errorf("nested compound filter: %v", err)
+	}
+	if err := v.Validate("CompoundFilter", []byte(`{"type":"and","filters":[{"type":"or","filters":[{"nope":1}]}]}`)); err == nil {
+		t.Error("a nested filter that is neither comparison nor compound validated")
+	}
+	resp := `{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"m","output":[],"error":null,
+"incomplete_details":null,"instructions":null,"metadata":{},"parallel_tool_calls":true,"temperature":1,"top_p":1,"tool_choice":"auto",
+"tools":[{"type":"file_search","vector_store_ids":["vs_1"],"filters":` + filter + `}]}`
+	if err := v.Validate("Response", []byte(resp)); err != nil {
+		t.Errorf("Response with a compound filter: %v", err)
+	}
+}

@@ -36,7 +36,33 @@ func componentSchemas(raw []byte) (map[string]any, error) {
 	if !ok {
 		return nil, errors.New("components.schemas is not a mapping")
 	}
+	for name, schema := range m {
+		resolveRecursiveRefs(schema, "#/components/schemas/"+name)
+	}
 	return m, nil
+}
+
+// resolveRecursiveRefs rewrites draft 2019-09's $recursiveAnchor /
+// $recursiveRef pair, which the spec uses for its compound filters and the
+// 2020-12 compiler rejects, into a plain $ref to the component that holds
+// it. With no other component re-anchoring it, that is what "#" resolves
+// to, so the schemas mean the same.
+func resolveRecursiveRefs(v any, self string) {
+	switch n := v.(type) {
+	case map[string]any:
+		delete(n, "$recursiveAnchor")
+		if r, ok := n["$recursiveRef"]; ok && r == "#" {
+			delete(n, "$recursiveRef")
+			n["$ref"] = self
+		}
+		for _, c := range n {
+			resolveRecursiveRefs(c, self)
+		}
+	case []any:
+		for _, c := range n {
+			resolveRecursiveRefs(c, self)
+		}
+	}
 }
 
 // lookup follows mapping keys from n, returning nil if any is missing.

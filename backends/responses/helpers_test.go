@@ -9,9 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -19,7 +16,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apischema"
+	"github.com/switchyard-ai/switchyard/apischema/schematest"
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/providers/fake"
@@ -334,69 +331,11 @@ func wantError(t *testing.T, status int, body []byte, wantStatus int, param stri
 	}
 }
 
-// The shared spec's CompoundFilter and BetaCompoundFilter use the 2019-09
-// $recursiveAnchor/$recursiveRef pair, which the 2020-12 compiler rejects,
-// and every Responses schema reaches CompoundFilter through the tools. The
-// tests validate against a copy with the recursion spelled as a plain $ref
-// to the same schema, which means the same thing here.
-var (
-	specOnce sync.Once
-	specV    *apischema.Validator
-	specErr  error
-)
-
-var componentLine = regexp.MustCompile(`^    ([A-Za-z0-9_.-]+):\s*$`)
-
-func responsesValidator(t testing.TB) *apischema.Validator {
-	t.Helper()
-	specOnce.Do(func() {
-		path, ok := apischema.Find()
-		if !ok {
-			return
-		}
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			specErr = err
-			return
-		}
-		lines := strings.Split(string(raw), "\n")
-		out := lines[:0]
-		current := ""
-		for _, l := range lines {
-			if m := componentLine.FindStringSubmatch(l); m != nil {
-				current = m[1]
-			}
-			switch strings.TrimSpace(l) {
-			case "$recursiveAnchor: true":
-				continue
-			case "- $recursiveRef: '#'":
-				l = strings.Replace(l, "$recursiveRef: '#'", "$ref: '#/components/schemas/"+current+"'", 1)
-			}
-			out = append(out, l)
-		}
-		dir, err := os.MkdirTemp("", "responses-spec-")
-		if err != nil {
-			specErr = err
-			return
-		}
-		patched := filepath.Join(dir, "openapi.normalized.yaml")
-		if specErr = os.WriteFile(patched, []byte(strings.Join(out, "\n")), 0o600); specErr != nil {
-			return
-		}
-		specV, specErr = apischema.Load(patched)
-		os.RemoveAll(dir) // loaded once per process: the copy is no longer needed
-	})
-	if specErr != nil {
-		t.Fatalf("load patched OpenAI spec: %v", specErr)
-	}
-	return specV
-}
-
 // conforms fails the test if doc does not validate against the named
 // component schema; a no-op without the spec (TestSpecAvailable says so).
 func conforms(t testing.TB, schema string, doc []byte) {
 	t.Helper()
-	if v := responsesValidator(t); v != nil {
+	if v := schematest.Validator(t); v != nil {
 		if err := v.Validate(schema, doc); err != nil {
 			t.Errorf("%s: %v\ndocument: %s", schema, err, doc)
 		}
