@@ -57,15 +57,15 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 			s.Close()
 		}
 	}()
-	if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("component", "files")}); err != nil {
+	if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("service", "files")}); err != nil {
 		return nil, err
 	}
 	if s.batches, err = batches.New(ctx, batches.Options{DataDir: opts.DataDir, Files: s.files, Gateway: opts.Gateway,
-		Logger: log.With("component", "batches")}); err != nil {
+		Logger: log.With("service", "batches")}); err != nil {
 		return nil, err
 	}
 	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway,
-		Search: opts.Search, Logger: log.With("component", "responses")}); err != nil {
+		Search: opts.Search, Logger: log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
