@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/gateway"
 )
 
 // The deploy manifests mount an Envoy bootstrap and a Switchyard
@@ -166,6 +168,33 @@ func port(hostport string) string {
 	return p
 }
 
+// gatewayURL parses the backends' --gateway-url: the gateway's OpenAI base
+// URL, over https exactly when the listener it reaches has TLS.
+func gatewayURL(t *testing.T, raw string) (host, port string, tls bool) {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" || u.Path != "/v1" {
+		t.Fatalf("backends --gateway-url %q, want http(s)://HOST[:PORT]/v1", raw)
+	}
+	port = u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	}
+	return u.Hostname(), port, u.Scheme == "https"
+}
+
+// listenerOnPort is the configuration's listener on port.
+func listenerOnPort(t *testing.T, cfg *config.Config, p string) config.Listener {
+	t.Helper()
+	for _, l := range cfg.Listeners {
+		if port(l.Address) == p {
+			return l
+		}
+	}
+	t.Fatalf("no listener on port %s", p)
+	return config.Listener{}
+}
+
 // TestComposeLayout checks deploy/compose against its Envoy bootstrap and
 // configuration.
 func TestComposeLayout(t *testing.T) {
@@ -260,6 +289,87 @@ func TestComposeLayout(t *testing.T) {
 			t.Errorf("provider %s: extproc lacks %s", p.Name, p.APIKeyEnv)
 		}
 	}
+
+	// The backends: the config routes to them by compose name on the port
+	// they listen on, and nothing publishes that port.
+	bkSvc := svc("backends")
+	bkArgs := strs(bkSvc["command"])
+	if len(bkArgs) == 0 || bkArgs[0] != "backends" {
+		t.Fatalf("backends command: %v", bkArgs)
+	}
+	if str(bkSvc["image"]) != str(epSvc["image"]) || str(bkSvc["image"]) == "" {
+		t.Errorf("backends image %q, want extproc's %q", bkSvc["image"], epSvc["image"])
+	}
+	if cfg.Backends == nil {
+		t.Fatal("switchyard.yaml has no backends section: their paths would answer 404")
+	}
+	if got, want := cfg.Backends.Address, "backends:"+port(flagValue(bkArgs, "--listen")); got != want {
+		t.Errorf("backends.address %s, want %s (the backends service's --listen)", got, want)
+	}
+	if bkSvc["ports"] != nil {
+		t.Errorf("backends publishes %v: clients must reach them only through Envoy", bkSvc["ports"])
+	}
+	// One token, from the operator: extproc and the backends interpolate the
+	// same variable, and compose refuses to start without it (no default).
+	tok := gateway.InternalTokenEnv
+	if got, want := env(bkSvc, tok), env(epSvc, tok); got != want || got == "" {
+		t.Errorf("%s: backends %q, extproc %q, want the same source", tok, got, want)
+	} else if !strings.HasPrefix(got, "${"+tok+":?") {
+		t.Errorf("%s is %q, want ${%s:?...}: required, with no default", tok, got, tok)
+	}
+	// They call the gateway back at Envoy's published TLS listener and verify
+	// it with the CA that gen-certs.sh makes, whose certificate names Envoy.
+	gwHost, gwPort, gwTLS := gatewayURL(t, flagValue(bkArgs, "--gateway-url"))
+	if gwHost != "envoy" {
+		t.Errorf("backends --gateway-url host %s, want the envoy service", gwHost)
+	}
+	l := listenerOnPort(t, cfg, gwPort) // published: checked above
+	if gwTLS != (l.TLS != nil) {
+		t.Errorf("backends --gateway-url %s, but listener %s has TLS %v", flagValue(bkArgs, "--gateway-url"), l.Name, l.TLS != nil)
+	}
+	if gwTLS {
+		ca := hostFile(bkSvc, flagValue(bkArgs, "--gateway-ca-file"))
+		if filepath.Dir(ca) != filepath.Dir(hostFile(envoySvc, l.TLS.CertFile)) {
+			t.Errorf("backends CA %s is not beside Envoy's certificate %s", ca, l.TLS.CertFile)
+		}
+		script, err := os.ReadFile(filepath.Join(dir, "gen-certs.sh"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(script), "DNS:"+gwHost) {
+			t.Errorf("gen-certs.sh: the certificate does not name %s, so the backends cannot verify it", gwHost)
+		}
+	}
+	// The backends read the control plane's configuration (the tools), and
+	// keep their data on a named volume of their own.
+	if got, want := hostFile(bkSvc, flagValue(bkArgs, "--config")), cfgFile; got != want {
+		t.Errorf("backends --config is %s, the control plane's %s", got, want)
+	}
+	dataVol := mounts(bkSvc)[flagValue(bkArgs, "--data-dir")]
+	if _, ok := get(docs[0], "volumes", dataVol).(doc); !ok || slices.Contains(strs(epSvc["volumes"]), dataVol+":"+flagValue(epArgs, "--data-dir")) {
+		t.Errorf("backends --data-dir %s is on %q, want a named volume of their own", flagValue(bkArgs, "--data-dir"), dataVol)
+	}
+	// The web_search vendor is a compose service listening on the base URL's
+	// port, and the backends hold the key it checks.
+	if ws := cfg.Tools.WebSearch; ws != nil {
+		u, err := url.Parse(ws.BaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vendor := svc(u.Hostname())
+		vArgs := strs(vendor["command"])
+		if got := port(flagValue(vArgs, "--listen")); got != u.Port() {
+			t.Errorf("tools.web_search.base_url %s, but %s listens on port %s", ws.BaseURL, u.Hostname(), got)
+		}
+		if ws.APIKeyEnv != "" {
+			if env(bkSvc, ws.APIKeyEnv) == "" {
+				t.Errorf("tools.web_search: backends lack %s", ws.APIKeyEnv)
+			}
+			if k := flagValue(vArgs, "--api-key-env"); k != "" && env(vendor, k) != env(bkSvc, ws.APIKeyEnv) {
+				t.Errorf("tools.web_search: %s checks %s, the backends send %s", u.Hostname(), env(vendor, k), env(bkSvc, ws.APIKeyEnv))
+			}
+		}
+	}
 }
 
 // TestKubernetesLayout checks deploy/kubernetes against its Envoy bootstrap
@@ -303,7 +413,7 @@ func TestKubernetesLayout(t *testing.T) {
 			deployments[str(get(o, "metadata", "name"))] = o
 		}
 	}
-	for _, name := range []string{"switchyard-envoy", "switchyard-controlplane", "switchyard-ratelimit", "switchyard-redis"} {
+	for _, name := range []string{"switchyard-envoy", "switchyard-controlplane", "switchyard-ratelimit", "switchyard-redis", "switchyard-backends"} {
 		if deployments[name] == nil {
 			t.Fatalf("no Deployment %q", name)
 		}
@@ -341,12 +451,14 @@ func TestKubernetesLayout(t *testing.T) {
 		t.Fatalf("gateway pod has no %s %q", list, name)
 		return nil
 	}
-	volumeOf := func(c doc, containerPath string) (doc, string) {
+	// volumeIn is the volume of pod that container c mounts containerPath
+	// from, and the path inside it.
+	volumeIn := func(pod any, c doc, containerPath string) (doc, string) {
 		t.Helper()
 		for _, m := range asList(c["volumeMounts"]) {
 			mp := str(get(m, "mountPath"))
 			if containerPath == mp || strings.HasPrefix(containerPath, mp+"/") {
-				for _, v := range asList(get(gw, "volumes")) {
+				for _, v := range asList(get(pod, "volumes")) {
 					if str(get(v, "name")) == str(get(m, "name")) {
 						return v.(doc), strings.TrimPrefix(strings.TrimPrefix(containerPath, mp), "/")
 					}
@@ -355,6 +467,10 @@ func TestKubernetesLayout(t *testing.T) {
 		}
 		t.Fatalf("container %s does not mount %s", str(c["name"]), containerPath)
 		return nil, ""
+	}
+	volumeOf := func(c doc, containerPath string) (doc, string) {
+		t.Helper()
+		return volumeIn(gw, c, containerPath)
 	}
 	envoyC, extprocC := container("containers", "envoy"), container("initContainers", "extproc")
 	if img := str(envoyC["image"]); !strings.HasPrefix(img, "envoyproxy/envoy:") {
@@ -435,6 +551,120 @@ func TestKubernetesLayout(t *testing.T) {
 	}
 	if got := path.Dir(flagValue(strs(envoyC["args"]), "-c")); got != "/etc/envoy" {
 		t.Errorf("bootstrap directory %s", got)
+	}
+
+	// The backends: the config routes to their Service, which forwards to the
+	// port they listen on and is not reachable from outside the cluster.
+	bkD := deployments["switchyard-backends"]
+	bk := get(bkD, "spec", "template", "spec")
+	bkC := get(bk, "containers", 0).(doc)
+	bkArgs := strs(bkC["args"])
+	if len(bkArgs) == 0 || bkArgs[0] != "backends" || str(bkC["image"]) != str(extprocC["image"]) {
+		t.Fatalf("backends container: image %v args %v, want extproc's image running backends", bkC["image"], bkArgs)
+	}
+	containerPort := func(c doc, nameOrNumber string) string {
+		for _, p := range asList(c["ports"]) {
+			if str(get(p, "name")) == nameOrNumber || str(get(p, "containerPort")) == nameOrNumber {
+				return str(get(p, "containerPort"))
+			}
+		}
+		return ""
+	}
+	bkSvc := find("Service", "switchyard-backends")
+	if cfg.Backends == nil {
+		t.Fatal("switchyard.yaml has no backends section: their paths would answer 404")
+	}
+	if got, want := cfg.Backends.Address, "switchyard-backends:"+svcPort("switchyard-backends"); got != want {
+		t.Errorf("backends.address %s, want %s (the Service)", got, want)
+	}
+	if got, want := containerPort(bkC, str(get(bkSvc, "spec", "ports", 0, "targetPort"))), port(flagValue(bkArgs, "--listen")); got != want {
+		t.Errorf("the backends Service forwards to port %s, the backends listen on %s", got, want)
+	}
+	if !mapsEqual(get(bkSvc, "spec", "selector"), get(bkD, "spec", "template", "metadata", "labels")) {
+		t.Error("the backends Service does not select the backends pods")
+	}
+	if typ := str(get(bkSvc, "spec", "type")); (typ != "" && typ != "ClusterIP") || get(bkSvc, "spec", "externalIPs") != nil {
+		t.Errorf("the backends Service is %s (externalIPs %v): it must stay inside the cluster", typ, get(bkSvc, "spec", "externalIPs"))
+	}
+	// Their data: a volume claim, which one pod at a time opens (SQLite).
+	dataVol, _ := volumeIn(bk, bkC, flagValue(bkArgs, "--data-dir"))
+	claim := str(get(dataVol, "persistentVolumeClaim", "claimName"))
+	if claim == "" {
+		t.Fatalf("backends --data-dir is not on a PersistentVolumeClaim: %v", dataVol)
+	}
+	find("PersistentVolumeClaim", claim)
+	if r, ok := get(bkD, "spec", "replicas").(int); !ok || r != 1 || str(get(bkD, "spec", "strategy", "type")) != "Recreate" {
+		t.Errorf("backends: replicas %v, strategy %v; the SQLite stores want exactly one pod, recreated", get(bkD, "spec", "replicas"), get(bkD, "spec", "strategy", "type"))
+	}
+	probe = get(bkC, "readinessProbe", "httpGet")
+	if str(get(probe, "path")) != "/healthz" || containerPort(bkC, str(get(probe, "port"))) != port(flagValue(bkArgs, "--health")) {
+		t.Errorf("backends readiness probe %v, want /healthz on --health %s", probe, flagValue(bkArgs, "--health"))
+	}
+	// The backends read the control plane's configuration (the tools).
+	cv, key := volumeIn(bk, bkC, flagValue(bkArgs, "--config"))
+	if got := configMaps[str(get(cv, "configMap", "name"))][key]; got != cfgFile {
+		t.Errorf("backends --config is %q, the control plane's %q", got, cfgFile)
+	}
+	// One token, from one Secret, in extproc and the backends.
+	tokenRef := func(c doc) any {
+		for _, e := range asList(c["env"]) {
+			if str(get(e, "name")) == gateway.InternalTokenEnv {
+				return get(e, "valueFrom", "secretKeyRef")
+			}
+		}
+		return nil
+	}
+	if a, b := tokenRef(extprocC), tokenRef(bkC); a == nil || !mapsEqual(a, b) {
+		t.Errorf("%s: extproc %v, backends %v, want the same Secret key", gateway.InternalTokenEnv, a, b)
+	}
+	// They call the gateway back through the Envoy Service, on a port that
+	// reaches a listener, and verify its certificate with a mounted CA.
+	gwHost, gwPort, gwTLS := gatewayURL(t, flagValue(bkArgs, "--gateway-url"))
+	envoySvc := find("Service", gwHost)
+	if !mapsEqual(get(envoySvc, "spec", "selector"), get(deployments["switchyard-envoy"], "spec", "template", "metadata", "labels")) {
+		t.Errorf("backends --gateway-url host %s is not the Envoy Service", gwHost)
+	}
+	var target string
+	for _, p := range asList(get(envoySvc, "spec", "ports")) {
+		if str(get(p, "port")) == gwPort {
+			target = containerPort(envoyC, str(get(p, "targetPort")))
+		}
+	}
+	if target == "" {
+		t.Fatalf("backends --gateway-url port %s is not a port of Service %s", gwPort, gwHost)
+	}
+	l := listenerOnPort(t, cfg, target)
+	if gwTLS != (l.TLS != nil) {
+		t.Errorf("backends --gateway-url %s, but listener %s has TLS %v", flagValue(bkArgs, "--gateway-url"), l.Name, l.TLS != nil)
+	}
+	if gwTLS {
+		if ca := flagValue(bkArgs, "--gateway-ca-file"); ca == "" {
+			t.Error("backends have no --gateway-ca-file: the system roots rarely vouch for an in-cluster name")
+		} else if v, _ := volumeIn(bk, bkC, ca); get(v, "configMap") == nil && get(v, "secret") == nil {
+			t.Errorf("backends CA %s is not from a ConfigMap or Secret: %v", ca, v)
+		}
+	}
+	// Ingress to the backends' port only from the gateway pods.
+	for _, o := range objects {
+		if str(o["kind"]) != "NetworkPolicy" || !mapsEqual(get(o, "spec", "podSelector", "matchLabels"), get(bkD, "spec", "template", "metadata", "labels")) {
+			continue
+		}
+		for _, rule := range asList(get(o, "spec", "ingress")) {
+			ports := asList(get(rule, "ports"))
+			apiPort := len(ports) == 0
+			for _, p := range ports {
+				apiPort = apiPort || containerPort(bkC, str(get(p, "port"))) == port(flagValue(bkArgs, "--listen"))
+			}
+			from := asList(get(rule, "from"))
+			if apiPort && len(from) == 0 {
+				t.Errorf("NetworkPolicy %s admits anyone to the backends' port", str(get(o, "metadata", "name")))
+			}
+			for _, f := range from {
+				if apiPort && (len(f.(doc)) != 1 || !mapsEqual(get(f, "podSelector", "matchLabels"), get(deployments["switchyard-envoy"], "spec", "template", "metadata", "labels"))) {
+					t.Errorf("NetworkPolicy %s admits %v to the backends' port, want only the gateway pods", str(get(o, "metadata", "name")), f)
+				}
+			}
+		}
 	}
 }
 

@@ -1,9 +1,19 @@
 #!/bin/sh
 # Creates a development CA and a certificate for Envoy's TLS listener in ./certs:
-# certs/ca.crt (give it to clients), certs/tls.crt and certs/tls.key (mounted into Envoy).
+# certs/ca.crt (give it to clients; the backends verify Envoy with it), certs/tls.crt and
+# certs/tls.key (mounted into Envoy). The certificate names localhost (clients on this machine)
+# and envoy (the backends, which call the gateway at https://envoy:8443/v1).
 # Development only: the key is made world-readable so Envoy's unprivileged user can read it.
+#
+# Also writes ./.env with a random SWITCHYARD_INTERNAL_TOKEN (shared by extproc and the
+# backends; see docker-compose.yaml) unless .env already sets one.
 set -eu
 cd "$(dirname "$0")"
+if ! grep -qs '^SWITCHYARD_INTERNAL_TOKEN=' .env; then
+  if [ -s .env ] && [ -n "$(tail -c 1 .env)" ]; then echo >> .env; fi
+  (umask 077 && echo "SWITCHYARD_INTERNAL_TOKEN=$(openssl rand -hex 32)" >> .env)
+  echo "internal token in $(pwd)/.env"
+fi
 mkdir -p certs
 cd certs
 openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=Switchyard dev CA" \
