@@ -27,16 +27,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
-	sqlite3 "modernc.org/sqlite/lib"
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 )
 
 // ErrNotFound is returned for a key that is unknown or revoked. Callers
@@ -115,11 +112,6 @@ const (
 	maxModelLen = 200       // characters
 	maxLimit    = 1<<32 - 1 // the ratelimit API's requests_per_unit is a uint32
 
-	// busyTimeout is how long a statement waits for another connection or
-	// process (the CLI and the gateway share the file) to release a lock
-	// before failing with SQLITE_BUSY. Writes are rare and tiny, so waits are
-	// short in practice; this only needs to cover a checkpoint or a migration.
-	busyTimeout = 5 * time.Second
 )
 
 // Store is the persistent key store. It is safe for concurrent use, and
@@ -131,7 +123,9 @@ type Store struct {
 
 // Open opens, creating if necessary, the key store in dataDir and brings its
 // schema up to date. A new data directory is created with mode 0700 and a new
-// database file with mode 0600; existing ones keep their permissions.
+// database file with mode 0600; existing ones keep their permissions. WAL
+// lets readers (the gateway's lookups) proceed while a writer (the CLI
+// issuing or revoking a key) holds the write lock; see sqlitedb.
 func Open(ctx context.Context, dataDir string) (*Store, error) {
 	if dataDir == "" {
 		return nil, errors.New("keys: open: empty data directory")
@@ -140,132 +134,15 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keys: open: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("keys: open: %w", err)
-	}
-	path := filepath.Join(dir, dbFile)
-	// Create the file ourselves: SQLite would create it with 0644 (less the
-	// umask), and it copies the main file's mode to the -wal and -shm files,
-	// so getting this one right covers all three.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	db, err := sqlitedb.Open(ctx, filepath.Join(dir, dbFile), component, migrations)
 	if err != nil {
 		return nil, fmt.Errorf("keys: open: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("keys: open: %w", err)
-	}
-
-	db, err := sql.Open("sqlite", dsn(path))
-	if err != nil {
-		return nil, fmt.Errorf("keys: open %s: %w", path, err)
-	}
-	s := &Store{db: db}
-	if err := s.init(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("keys: open %s: %w", path, err)
-	}
-	return s, nil
+	return &Store{db: db}, nil
 }
 
-// dsn builds the modernc.org/sqlite data source name for the database at
-// path. The parameters are applied by the driver to every pooled connection,
-// which matters because busy_timeout is per connection.
-func dsn(path string) string {
-	q := url.Values{}
-	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
-	// journal_mode is deliberately not set here: WAL is a property of the
-	// file, set once by init. As a per-connection pragma it would make every
-	// new pooled connection try to change the journal mode, which can fail
-	// with SQLITE_BUSY without waiting while another process holds a lock.
-
-	// BEGIN IMMEDIATE takes the write lock up front. With the default
-	// deferred BEGIN, two read-then-write transactions in different
-	// processes can deadlock on the lock upgrade, and SQLite then fails one
-	// with SQLITE_BUSY without consulting busy_timeout.
-	q.Set("_txlock", "immediate")
-	p := filepath.ToSlash(path)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p // Windows drive paths: file:///C:/...
-	}
-	// A file: URI, rather than the bare path, so that a data directory
-	// containing '?' or '%' cannot be mistaken for query parameters.
-	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
-	return u.String()
-}
-
-func (s *Store) init(ctx context.Context) error {
-	// Some of SQLite's lock acquisitions during a journal mode change and
-	// WAL recovery return SQLITE_BUSY at once instead of calling the busy
-	// handler, so two processes opening a new database together need this
-	// retry on top of busy_timeout.
-	return retryBusy(ctx, func() error {
-		if err := s.enableWAL(ctx); err != nil {
-			return err
-		}
-		return s.migrate(ctx)
-	})
-}
-
-// errNotWAL reports that SQLite declined to switch to WAL, which it does by
-// returning the old mode rather than an error, typically because another
-// connection holds a lock.
-var errNotWAL = errors.New("journal mode is not wal")
-
-// enableWAL switches the database file to write-ahead logging. WAL lets
-// readers (the gateway's lookups) proceed while a writer (the CLI issuing or
-// revoking a key) holds the write lock, and vice versa. The mode is stored
-// in the file, so this is a no-op for an existing database.
-func (s *Store) enableWAL(ctx context.Context) error {
-	var mode string
-	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return fmt.Errorf("set journal mode: %w", err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("%w (got %q)", errNotWAL, mode)
-	}
-	return nil
-}
-
-// retryBusy calls f until it succeeds, fails with an error other than
-// "database busy", ctx is done, or busyTimeout has passed.
-func retryBusy(ctx context.Context, f func() error) error {
-	deadline := time.Now().Add(busyTimeout)
-	wait := 5 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || !isBusy(err) || time.Now().After(deadline) {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-	}
-}
-
-// isBusy reports whether err means another connection holds a conflicting
-// lock, so that retrying later may succeed.
-func isBusy(err error) bool {
-	if errors.Is(err, errNotWAL) {
-		return true
-	}
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	// The primary result code is the low byte of the extended one.
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-		return true
-	}
-	return false
-}
-
-// component is this package's row in schema_versions.
+// component is this package's row in schema_versions: switchyard.db is
+// shared, and each package versions its own tables (sqlitedb).
 const component = "keys"
 
 // migrations[i] brings the keys schema from version i to i+1. Append only:
@@ -305,57 +182,6 @@ var migrations = []string{
 		BEGIN UPDATE key_changes SET version = version + 1 WHERE id = 1; END;
 	CREATE TRIGGER api_keys_delete AFTER DELETE ON api_keys
 		BEGIN UPDATE key_changes SET version = version + 1 WHERE id = 1; END;`,
-}
-
-// migrate applies pending migrations. Versions are tracked per component in
-// a schema_versions table rather than PRAGMA user_version, because
-// switchyard.db is shared: user_version is a single number for the whole
-// file and other packages will want to version their own tables.
-func (s *Store) migrate(ctx context.Context) error {
-	// The transaction begins IMMEDIATE (see dsn), so when the CLI and the
-	// gateway start together against a new file, one migrates while the
-	// other waits and then finds nothing to do.
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback()
-
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_versions (
-		component TEXT PRIMARY KEY,
-		version   INTEGER NOT NULL
-	) STRICT`); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	var version int
-	err = tx.QueryRowContext(ctx,
-		`SELECT version FROM schema_versions WHERE component = ?`, component).Scan(&version)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if version > len(migrations) {
-		// An older binary must not write to a schema it does not know.
-		return fmt.Errorf("migrate: database schema version %d is newer than this binary supports (%d)",
-			version, len(migrations))
-	}
-	if version == len(migrations) {
-		return nil
-	}
-	for v := version; v < len(migrations); v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("migrate to version %d: %w", v+1, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO schema_versions (component, version) VALUES (?, ?)
-		 ON CONFLICT (component) DO UPDATE SET version = excluded.version`,
-		component, len(migrations)); err != nil {
-		return fmt.Errorf("migrate: write version: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	return nil
 }
 
 // Close closes the database.

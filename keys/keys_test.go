@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 )
 
 // openStore opens a Store in dir and closes it when the test ends.
@@ -207,8 +209,8 @@ func TestFilesAndPragmas(t *testing.T) {
 	if err := s.db.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&timeout); err != nil {
 		t.Fatal(err)
 	}
-	if mode != "wal" || timeout != int(busyTimeout.Milliseconds()) {
-		t.Errorf("journal_mode, busy_timeout = %q, %d; want wal, %d", mode, timeout, busyTimeout.Milliseconds())
+	if mode != "wal" || timeout != int(sqlitedb.BusyTimeout.Milliseconds()) {
+		t.Errorf("journal_mode, busy_timeout = %q, %d; want wal, %d", mode, timeout, sqlitedb.BusyTimeout.Milliseconds())
 	}
 }
 
