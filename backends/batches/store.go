@@ -6,14 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
-	sqlite3 "modernc.org/sqlite/lib"
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 )
 
 // Batch statuses (OpenAI's).
@@ -83,16 +80,9 @@ var (
 	errNotFound   = errors.New("batches: not found")
 	errLimit      = errors.New("batches: too many active batches")
 	errBadCursor  = errors.New("batches: unknown cursor")
-	errNewerStore = errors.New("batches: database schema is newer than this binary")
 )
 
-const (
-	dbFile = "batches.db"
-	// busyTimeout is how long a statement waits for another connection to
-	// release the write lock. Writes are small (a row, a progress update),
-	// so this only needs to cover a checkpoint.
-	busyTimeout = 5 * time.Second
-)
+const dbFile = "batches.db"
 
 // store is the SQLite batch table.
 type store struct {
@@ -108,101 +98,16 @@ func openStore(ctx context.Context, dataDir string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batches: open: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("batches: open: %w", err)
-	}
-	path := filepath.Join(dir, dbFile)
-	// Created here so it gets 0600: SQLite would use 0644 and copy that to
-	// the -wal and -shm files. Batch metadata is the owners' data.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Batch metadata is the owners' data: sqlitedb creates the file 0600.
+	db, err := sqlitedb.Open(ctx, filepath.Join(dir, dbFile), "batches", migrations)
 	if err != nil {
 		return nil, fmt.Errorf("batches: open: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("batches: open: %w", err)
-	}
-	db, err := sql.Open("sqlite", dsn(path))
-	if err != nil {
-		return nil, fmt.Errorf("batches: open %s: %w", path, err)
-	}
-	s := &store{db: db, dir: dir}
-	// Some lock acquisitions during a journal mode change or WAL recovery
-	// fail with SQLITE_BUSY without calling the busy handler.
-	err = retryBusy(ctx, func() error {
-		var mode string
-		if err := db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-			return fmt.Errorf("set journal mode: %w", err)
-		}
-		if !strings.EqualFold(mode, "wal") {
-			return fmt.Errorf("%w (got %q)", errNotWAL, mode)
-		}
-		return s.migrate(ctx)
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("batches: open %s: %w", path, err)
-	}
-	return s, nil
+	return &store{db: db, dir: dir}, nil
 }
 
-// dsn is the modernc.org/sqlite data source name: busy timeout on every
-// pooled connection, and BEGIN IMMEDIATE so a read-then-write transaction
-// (the active-batch count and the insert) takes the write lock up front
-// instead of failing on the lock upgrade.
-func dsn(path string) string {
-	q := url.Values{}
-	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
-	q.Set("_txlock", "immediate")
-	p := filepath.ToSlash(path)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	// A file: URI so a data directory containing '?' or '%' is not taken
-	// for parameters.
-	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
-	return u.String()
-}
-
-var errNotWAL = errors.New("journal mode is not wal")
-
-// retryBusy calls f until it succeeds, fails otherwise than "database busy",
-// ctx ends, or busyTimeout has passed.
-func retryBusy(ctx context.Context, f func() error) error {
-	deadline := time.Now().Add(busyTimeout)
-	wait := 5 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || !isBusy(err) || time.Now().After(deadline) {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-	}
-}
-
-func isBusy(err error) bool {
-	if errors.Is(err, errNotWAL) {
-		return true
-	}
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-		return true
-	}
-	return false
-}
-
-// migrations[i] brings the schema from version i to i+1 (PRAGMA
-// user_version: the file is this package's alone). Append only.
+// migrations[i] brings the schema from version i to i+1 (versioned by
+// sqlitedb as component "batches"). Append only.
 var migrations = []string{
 	// seq orders listings (newest first) and is the pagination cursor's
 	// position. errors and metadata are JSON, NULL when absent.
@@ -242,36 +147,6 @@ var migrations = []string{
 	CREATE INDEX batches_status ON batches (status);`,
 }
 
-func (s *store) migrate(ctx context.Context) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback()
-	var version int
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if version > len(migrations) {
-		return fmt.Errorf("migrate: %w (version %d, this binary knows %d)", errNewerStore, version, len(migrations))
-	}
-	if version == len(migrations) {
-		return nil
-	}
-	for v := version; v < len(migrations); v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("migrate to version %d: %w", v+1, err)
-		}
-	}
-	// PRAGMA takes no bound parameters; the value is a constant.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
-		return fmt.Errorf("migrate: write version: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	return nil
-}
 
 func (s *store) close() error { return s.db.Close() }
 

@@ -5,23 +5,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
-	sqlite3 "modernc.org/sqlite/lib"
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 )
 
 const (
 	// dbFile is the Responses service's own database inside the data
 	// directory: its writes never wait on the files or batches stores.
 	dbFile = "responses.db"
-	// busyTimeout is how long a statement waits for another connection's
-	// lock before failing.
-	busyTimeout = 5 * time.Second
 	// maxChain bounds how many responses a previous_response_id chain is
 	// walked through, so a pathological chain cannot pin a request.
 	maxChain = 1000
@@ -55,49 +48,18 @@ func openStore(ctx context.Context, dataDir string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("responses: open store: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("responses: open store: %w", err)
-	}
-	path := filepath.Join(dir, dbFile)
-	// Created here with 0600: SQLite copies the main file's mode to the -wal
-	// and -shm files, and stored conversations are the owners' data.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Stored conversations are the owners' data: sqlitedb creates the file
+	// 0600, in WAL mode so reads (GET, chain walks) proceed while a create
+	// writes.
+	db, err := sqlitedb.Open(ctx, filepath.Join(dir, dbFile), "responses", migrations)
 	if err != nil {
 		return nil, fmt.Errorf("responses: open store: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("responses: open store: %w", err)
-	}
-	db, err := sql.Open("sqlite", dsn(path))
-	if err != nil {
-		return nil, fmt.Errorf("responses: open store %s: %w", path, err)
-	}
-	s := &store{db: db}
-	if err := retryBusy(ctx, func() error { return s.init(ctx) }); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("responses: open store %s: %w", path, err)
-	}
-	return s, nil
+	return &store{db: db}, nil
 }
 
-// dsn is the modernc.org/sqlite data source name: parameters apply to every
-// pooled connection (busy_timeout is per connection); BEGIN IMMEDIATE takes
-// the write lock up front so read-then-write transactions cannot deadlock on
-// the lock upgrade.
-func dsn(path string) string {
-	q := url.Values{}
-	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
-	q.Set("_txlock", "immediate")
-	p := filepath.ToSlash(path)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	u := url.URL{Scheme: "file", Path: p, RawQuery: q.Encode()}
-	return u.String()
-}
-
-// migrations[i] brings the schema from version i to i+1 (PRAGMA
-// user_version: the file is this package's alone). Append only.
+// migrations[i] brings the schema from version i to i+1 (versioned by
+// sqlitedb as component "responses"). Append only.
 var migrations = []string{
 	`CREATE TABLE responses (
 		id          TEXT PRIMARY KEY,
@@ -110,82 +72,6 @@ var migrations = []string{
 		output      BLOB NOT NULL     -- its output items, JSON array
 	) STRICT;
 	CREATE INDEX responses_expires ON responses (expires_at);`,
-}
-
-func (s *store) init(ctx context.Context) error {
-	// WAL lets reads (GET, chain walks) proceed while a create writes.
-	var mode string
-	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode = WAL").Scan(&mode); err != nil {
-		return fmt.Errorf("set journal mode: %w", err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("%w (got %q)", errNotWAL, mode)
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback()
-	var version int
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if version > len(migrations) {
-		return fmt.Errorf("migrate: schema version %d is newer than this binary supports (%d)", version, len(migrations))
-	}
-	if version == len(migrations) {
-		return nil
-	}
-	for v := version; v < len(migrations); v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
-			return fmt.Errorf("migrate to version %d: %w", v+1, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(migrations))); err != nil {
-		return fmt.Errorf("migrate: write version: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	return nil
-}
-
-var errNotWAL = errors.New("journal mode is not wal")
-
-// retryBusy retries f while the database is locked by another process
-// opening it (journal mode changes can return SQLITE_BUSY without waiting).
-func retryBusy(ctx context.Context, f func() error) error {
-	deadline := time.Now().Add(busyTimeout)
-	wait := 5 * time.Millisecond
-	for {
-		err := f()
-		if err == nil || !isBusy(err) || time.Now().After(deadline) {
-			return err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, 100*time.Millisecond)
-	}
-}
-
-func isBusy(err error) bool {
-	if errors.Is(err, errNotWAL) {
-		return true
-	}
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-		return true
-	}
-	return false
 }
 
 func (s *store) close() error { return s.db.Close() }
