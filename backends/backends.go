@@ -1,5 +1,5 @@
 // Package backends owns assembling the stateful API services (files,
-// batches, responses) behind one http.Handler, each behind the caller
+// batches, responses, vector stores) behind one http.Handler, each behind the caller
 // check (backends/caller), and their lifecycles. docs/backends-design.md is
 // the contract with extproc and the data plane.
 package backends
@@ -17,6 +17,7 @@ import (
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
+	"github.com/switchyard-ai/switchyard/backends/vectorstores"
 )
 
 // Options configure the backends.
@@ -30,6 +31,9 @@ type Options struct {
 	Gateway *onbehalf.Client
 	// Search, when set, serves the Responses API's web_search tool.
 	Search responses.Searcher
+	// EmbeddingModel, when set, turns on vector stores and the file_search
+	// tool: chunks and queries are embedded with it through the gateway.
+	EmbeddingModel string
 	Logger *slog.Logger
 }
 
@@ -38,6 +42,7 @@ type Service struct {
 	files     *files.Store
 	batches   *batches.Service
 	responses *responses.Service
+	vectors   *vectorstores.Service // nil without an embedding model
 	handler   http.Handler
 	cancel    context.CancelFunc
 	running   sync.WaitGroup
@@ -64,8 +69,16 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 		Logger: log.With("service", "batches")}); err != nil {
 		return nil, err
 	}
+	var fileSearch responses.FileSearcher // a nil *vectorstores.Service must not become a non-nil interface
+	if opts.EmbeddingModel != "" {
+		if s.vectors, err = vectorstores.New(ctx, vectorstores.Options{DataDir: opts.DataDir, Files: s.files,
+			Gateway: opts.Gateway, EmbeddingModel: opts.EmbeddingModel, Logger: log.With("service", "vectorstores")}); err != nil {
+			return nil, err
+		}
+		fileSearch = s.vectors
+	}
 	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway,
-		Search: opts.Search, Logger: log.With("service", "responses")}); err != nil {
+		Search: opts.Search, FileSearch: fileSearch, Logger: log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
@@ -75,6 +88,10 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	mux.Handle("/v1/batches/", s.batches.Handler())
 	mux.Handle("/v1/responses", s.responses.Handler())
 	mux.Handle("/v1/responses/", s.responses.Handler())
+	if s.vectors != nil {
+		mux.Handle("/v1/vector_stores", s.vectors.Handler())
+		mux.Handle("/v1/vector_stores/", s.vectors.Handler())
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		apierror.NotFound(r.URL.Path).Write(w)
 	})
@@ -82,7 +99,11 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	for name, run := range map[string]func(context.Context) error{"batch runner": s.batches.Run, "file sweeper": s.files.Run} {
+	runs := map[string]func(context.Context) error{"batch runner": s.batches.Run, "file sweeper": s.files.Run}
+	if s.vectors != nil {
+		runs["vector store indexer"] = s.vectors.Run
+	}
+	for name, run := range runs {
 		s.running.Go(func() {
 			if err := run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				log.Error(name+" stopped", "error", err)
@@ -92,7 +113,8 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	return s, nil
 }
 
-// Handler serves /v1/files, /v1/batches and /v1/responses.
+// Handler serves /v1/files, /v1/batches, /v1/responses and, with an
+// embedding model, /v1/vector_stores.
 func (s *Service) Handler() http.Handler { return s.handler }
 
 // Close stops the runner (in-flight lines are resumed at the next start)
@@ -107,6 +129,9 @@ func (s *Service) Close() {
 	}
 	if s.batches != nil {
 		_ = s.batches.Close()
+	}
+	if s.vectors != nil {
+		_ = s.vectors.Close()
 	}
 	if s.files != nil {
 		_ = s.files.Close()

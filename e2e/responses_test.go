@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -23,11 +24,21 @@ func newResponsesStack(t *testing.T) *stack {
 	t.Setenv(searchKeyEnv, "brave-e2e-key")
 	search := httptest.NewServer(fake.NewBraveSearch(fake.Options{APIKey: "brave-e2e-key"}))
 	t.Cleanup(search.Close)
-	return newStack(t, stackOptions{extraYAML: fmt.Sprintf(`tools:
+	// The embedding model is appended to the stack's models list (the
+	// stack's YAML ends inside it).
+	return newStack(t, stackOptions{extraYAML: fmt.Sprintf(`  - id: demo/embed
+    capabilities: [embeddings]
+    context_window: 8191
+    providers:
+      - provider: fake-openai
+        upstream_model: fake-embed-1
+tools:
   web_search:
     kind: brave
     base_url: %s
     api_key_env: %s
+  file_search:
+    embedding_model: demo/embed
 `, search.URL, searchKeyEnv)})
 }
 
@@ -204,5 +215,96 @@ func TestResponsesCountAgainstRateLimits(t *testing.T) {
 	apiError(t, err, 429, "rate_limit_exceeded")
 	if _, err := free.Chat.Completions.New(ctx, chatParams("and chat")); err == nil {
 		t.Error("chat after the responses spent the minute was admitted")
+	}
+}
+
+// TestFileSearchThroughTheGateway: a vector store of an uploaded file,
+// indexed with embeddings the gateway serves, searched directly and by the
+// Responses API's file_search tool.
+func TestFileSearchThroughTheGateway(t *testing.T) {
+	s := newResponsesStack(t)
+	ctx := context.Background()
+	c := s.client()
+	doc := "Opening hours.\nThe depot opens at seven.\n\nA sample of the timetable: trains leave every ten minutes.\n"
+	f, err := c.Files.New(ctx, openai.FileNewParams{
+		File:    openai.File(strings.NewReader(doc), "timetable.txt", "text/plain"),
+		Purpose: openai.FilePurposeAssistants,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := c.VectorStores.New(ctx, openai.VectorStoreNewParams{Name: openai.String("docs"), FileIDs: []string{f.ID}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for vs.Status != "completed" {
+		if time.Now().After(deadline) {
+			t.Fatalf("vector store still %s: %+v", vs.Status, vs.FileCounts)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if vs, err = c.VectorStores.Get(ctx, vs.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if vs.FileCounts.Completed != 1 || vs.FileCounts.Failed != 0 {
+		t.Fatalf("file counts %+v", vs.FileCounts)
+	}
+	page, err := c.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{
+		Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("timetable sample")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Data) == 0 || page.Data[0].FileID != f.ID || !strings.Contains(page.Data[0].Content[0].Text, "timetable") {
+		t.Fatalf("search: %+v", page.Data)
+	}
+	// The embeddings went through the gateway to the provider.
+	embedded := false
+	for _, r := range s.upstream.all() {
+		embedded = embedded || strings.Contains(string(r.body), `"fake-embed-1"`)
+	}
+	if !embedded {
+		t.Error("no embeddings request reached the provider")
+	}
+
+	// The Responses API's file_search: the fake model searches for
+	// "sample", the service runs the search and cites the file.
+	r, err := c.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "demo/chat",
+		Tools: []responses.ToolUnionParam{{OfFileSearch: &responses.FileSearchToolParam{VectorStoreIDs: []string{vs.ID}}}},
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("when do trains leave?")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var searched, cited bool
+	for _, item := range r.Output {
+		switch item.Type {
+		case "file_search_call":
+			searched = item.Status == "completed"
+		case "message":
+			for _, part := range item.Content {
+				for _, a := range part.Annotations {
+					cited = cited || (a.Type == "file_citation" && a.FileID == f.ID)
+				}
+			}
+		}
+	}
+	if !searched || !cited || !strings.Contains(r.OutputText(), "ten minutes") {
+		t.Errorf("file_search: searched %v cited %v text %q", searched, cited, r.OutputText())
+	}
+
+	// Another owner can neither see the store nor search it.
+	other := s.client(option.WithAPIKey(s.otherKey(t, "enterprise")))
+	if _, err := other.VectorStores.Get(ctx, vs.ID); err == nil {
+		t.Error("another owner read the vector store")
+	}
+	_, err = other.Responses.New(ctx, responses.ResponseNewParams{
+		Model: "demo/chat",
+		Tools: []responses.ToolUnionParam{{OfFileSearch: &responses.FileSearchToolParam{VectorStoreIDs: []string{vs.ID}}}},
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("x")},
+	})
+	if err == nil {
+		t.Error("another owner searched the vector store")
 	}
 }

@@ -79,6 +79,9 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		// Brave is the one kind config accepts.
 		bo.Search = responses.NewBrave(ws.BaseURL, os.Getenv(ws.APIKeyEnv))
 	}
+	if fs := opts.Tools.FileSearch; fs != nil {
+		bo.EmbeddingModel = fs.EmbeddingModel
+	}
 	svc, err := backends.New(ctx, bo)
 	if err != nil {
 		return nil, err

@@ -132,6 +132,9 @@ func (o *responseObject) marshal() []byte {
 type annotation struct {
 	URL, Title string
 	Start, End int
+	// FileID set: a file_citation of Filename at index Start
+	// (filesearch.go) instead.
+	FileID, Filename string
 }
 
 func appendAnnotations(dst []byte, anns []annotation) []byte {
@@ -146,6 +149,9 @@ func appendAnnotations(dst []byte, anns []annotation) []byte {
 }
 
 func appendAnnotation(dst []byte, a annotation) []byte {
+	if a.FileID != "" {
+		return appendFileCitation(dst, a)
+	}
 	dst = append(dst, `{"type":"url_citation","url":`...)
 	dst = appendString(dst, a.URL)
 	dst = append(dst, `,"title":`...)

@@ -46,6 +46,16 @@ type createRequest struct {
 	reasoningEffort   string
 	truncation        string
 	includeWebSources bool
+
+	// The code_interpreter tool (codeinterpreter.go), and whether include
+	// asked for its calls' outputs.
+	codeInterpreter    *codeInterpreterTool
+	includeCodeOutputs bool
+
+	// The file_search tool (filesearch.go), and whether include asked for
+	// its calls' results.
+	fileSearch         *fileSearchTool
+	includeFileResults bool
 }
 
 // fnTool is a function tool: its name and its chat completions definition.
@@ -60,7 +70,7 @@ type webSearchTool struct {
 }
 
 // toolChoice is the request's tool_choice: mode auto, none, required,
-// function (name set) or web_search.
+// function (name set), web_search or code_interpreter.
 type toolChoice struct {
 	mode string
 	name string
@@ -81,7 +91,7 @@ var functionName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // not run. They are refused by name rather than ignored: a model told it has
 // a tool it cannot use would answer worse than a clear error.
 var builtinUnavailable = map[string]bool{
-	"file_search": true, "code_interpreter": true, "computer_use_preview": true, "computer": true,
+	"computer_use_preview": true, "computer": true,
 	"computer_use": true, "image_generation": true, "mcp": true, "local_shell": true, "shell": true,
 	"custom": true, "apply_patch": true, "tool_search": true,
 }
@@ -235,6 +245,12 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 		for _, s := range v.Array() {
 			if s.Str == "web_search_call.action.sources" {
 				req.includeWebSources = true
+			}
+			if s.Str == "code_interpreter_call.outputs" {
+				req.includeCodeOutputs = true
+			}
+			if s.Str == "file_search_call.results" {
+				req.includeFileResults = true
 			}
 		}
 	}
@@ -422,6 +438,12 @@ func (req *createRequest) parseTools(v gjson.Result, searchOK bool) *apierror.Er
 			if ft.name == webSearchFunction && req.webSearch != nil {
 				return apierror.InvalidParam(param+".name", "The function name '%s' is reserved for the web search tool.", webSearchFunction)
 			}
+			if ft.name == pythonFunction && req.codeInterpreter != nil {
+				return apierror.InvalidParam(param+".name", "The function name '%s' is reserved for the code interpreter tool.", pythonFunction)
+			}
+			if ft.name == fileSearchFunction && req.fileSearch != nil {
+				return apierror.InvalidParam(param+".name", "The function name '%s' is reserved for the file search tool.", fileSearchFunction)
+			}
 			for _, other := range req.fnTools {
 				if other.name == ft.name {
 					return apierror.InvalidParam(param+".name", "Duplicate function name '%s' in tools.", ft.name)
@@ -447,6 +469,22 @@ func (req *createRequest) parseTools(v gjson.Result, searchOK bool) *apierror.Er
 				count = 10
 			}
 			req.webSearch = &webSearchTool{count: count}
+			echo = appendComma(echo)
+			echo = append(echo, t.Raw...)
+		case typ == "code_interpreter":
+			// Whether this gateway can run code is checked after parsing
+			// (Service.checkCodeInterpreter).
+			if aerr := req.parseCodeInterpreter(param, t); aerr != nil {
+				return aerr
+			}
+			echo = appendComma(echo)
+			echo = append(echo, t.Raw...)
+		case typ == "file_search":
+			// Whether this gateway has the stores is checked after parsing
+			// (Service.checkFileSearch).
+			if aerr := req.parseFileSearch(param, t); aerr != nil {
+				return aerr
+			}
 			echo = appendComma(echo)
 			echo = append(echo, t.Raw...)
 		case builtinUnavailable[typ]:
@@ -555,6 +593,16 @@ func (req *createRequest) parseToolChoice(v gjson.Result) *apierror.Error {
 				return apierror.InvalidParam("tool_choice", "Tool choice '%s' not found in 'tools' parameter.", typ)
 			}
 			req.toolChoice = toolChoice{mode: "web_search"}
+		case typ == "code_interpreter":
+			if req.codeInterpreter == nil {
+				return apierror.InvalidParam("tool_choice", "Tool choice '%s' not found in 'tools' parameter.", typ)
+			}
+			req.toolChoice = toolChoice{mode: "code_interpreter"}
+		case typ == "file_search":
+			if req.fileSearch == nil {
+				return apierror.InvalidParam("tool_choice", "Tool choice '%s' not found in 'tools' parameter.", typ)
+			}
+			req.toolChoice = toolChoice{mode: "file_search"}
 		default:
 			return apierror.InvalidParam("tool_choice", "Tool choice type '%s' is not supported on this gateway.", typ)
 		}
@@ -632,7 +680,7 @@ func normalizeItem(param string, it gjson.Result, ids func(string) string) ([]by
 		b = append(b, `,"output":`...)
 		b = append(b, out.Raw...)
 		return append(b, `,"status":"completed"}`...), nil
-	case t == "reasoning" || t == "web_search_call":
+	case t == "reasoning" || t == "web_search_call" || t == "code_interpreter_call" || t == "file_search_call":
 		// Output items of earlier turns a client sends back: kept as they
 		// are for input_items, not replayed to the model (chat completions
 		// has no place for them; the message after a search carries what

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/backends/vectorstores"
 )
 
 // maxUpstreamBody bounds a non-streamed chat completion read from the
@@ -98,9 +99,14 @@ type run struct {
 	finish   string
 	stepText strings.Builder // the step's text, when it offered web search
 	visible  int             // output items the step produced
-	hidden   []*callState    // the step's web_search calls, run by the service
+	hidden   []*callState    // the step's built-in tool calls, run by the service
 	userCall bool
-	offered  bool // the step offered the model web search
+	offered  bool // the step offered the model web search or code
+
+	offerCode bool // the step offers the python function (code_interpreter)
+
+	offerFiles  bool                  // the step offers the file_search function
+	fileResults []vectorstores.Result // every file search result of this response
 }
 
 type msgState struct {
@@ -172,6 +178,8 @@ func (r *run) execute(ctx context.Context) error {
 				return nil
 			}
 		}
+		r.offerCode = r.codeOffer(step)
+		r.offerFiles = r.fileSearchOffer(step)
 		resp, err := r.post(ctx, r.chatBody(offerSearch, maxTokens))
 		if err != nil {
 			return err
@@ -184,7 +192,7 @@ func (r *run) execute(ctx context.Context) error {
 			r.emitResponse("response.created")
 			r.emitResponse("response.in_progress")
 		}
-		r.beginStep(offerSearch)
+		r.beginStep(offerSearch || r.offerCode || r.offerFiles)
 		if r.req.stream && strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
 			err = r.readStream(ctx, resp.Body)
 		} else {
@@ -211,7 +219,14 @@ func (r *run) execute(ctx context.Context) error {
 		}
 		r.conv.addAssistantCalls(r.stepText.String(), r.hidden)
 		for _, c := range r.hidden {
-			if err := r.runSearch(ctx, c); err != nil {
+			runTool := r.runSearch
+			if r.isCodeCall(c.name) {
+				runTool = r.runCode
+			}
+			if r.isFileSearchCall(c.name) {
+				runTool = r.runFileSearch
+			}
+			if err := runTool(ctx, c); err != nil {
 				return err
 			}
 		}
@@ -288,6 +303,12 @@ func (r *run) chatBody(offerSearch bool, maxTokens int64) []byte {
 	if offerSearch {
 		ntools++
 	}
+	if r.offerCode {
+		ntools++
+	}
+	if r.offerFiles {
+		ntools++
+	}
 	if ntools > 0 {
 		b = append(b, `,"tools":[`...)
 		for i, t := range req.fnTools {
@@ -302,6 +323,18 @@ func (r *run) chatBody(offerSearch bool, maxTokens int64) []byte {
 			}
 			b = append(b, webSearchDefinition...)
 		}
+		if r.offerCode {
+			if b[len(b)-1] != '[' {
+				b = append(b, ',')
+			}
+			b = append(b, pythonDefinition...)
+		}
+		if r.offerFiles {
+			if b[len(b)-1] != '[' {
+				b = append(b, ',')
+			}
+			b = append(b, fileSearchDefinition...)
+		}
 		b = append(b, `],"tool_choice":`...)
 		switch tc := req.toolChoice; {
 		case tc.mode == "function":
@@ -310,6 +343,10 @@ func (r *run) chatBody(offerSearch bool, maxTokens int64) []byte {
 			b = append(b, `}}`...)
 		case tc.mode == "web_search" && offerSearch && r.searches == 0:
 			b = append(b, `{"type":"function","function":{"name":"`+webSearchFunction+`"}}`...)
+		case tc.mode == "code_interpreter" && r.offerCode && r.searches == 0:
+			b = append(b, `{"type":"function","function":{"name":"`+pythonFunction+`"}}`...)
+		case tc.mode == "file_search" && r.offerFiles && r.searches == 0:
+			b = append(b, `{"type":"function","function":{"name":"`+fileSearchFunction+`"}}`...)
 		case tc.mode == "required" && r.searches == 0:
 			b = append(b, `"required"`...)
 		case tc.mode == "none":
@@ -496,6 +533,10 @@ func (r *run) closePart() {
 		if len(r.results) > 0 {
 			anns = citations(text, r.results)
 		}
+		if len(r.fileResults) > 0 {
+			anns = append(anns, fileCitations(text, r.fileResults)...)
+			sortAnnotations(anns)
+		}
 		for i, a := range anns {
 			r.emit("response.output_text.annotation.added", func(d []byte) []byte {
 				d = prefix(d)
@@ -557,7 +598,7 @@ func (r *run) toolCallDelta(upIndex int64, callID, name, rawArgs, args string) {
 			callID = r.s.newID("call_")
 		}
 		c := &callState{callID: callID, name: name, upIndex: upIndex, index: len(r.obj.Output),
-			hidden: r.req.webSearch != nil && name == webSearchFunction}
+			hidden: (r.req.webSearch != nil && name == webSearchFunction) || r.isCodeCall(name) || r.isFileSearchCall(name)}
 		r.call = c
 		if !c.hidden {
 			c.id = r.s.newID("fc_")
