@@ -1,0 +1,103 @@
+package metrics
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestCounterVec(t *testing.T) {
+	c := NewCounterVec("x_total", "Things.", "a", "b")
+	c.Inc("1", "2")
+	c.Add(4, "1", "2")
+	c.Inc("q\"uote", "")
+	var b strings.Builder
+	if err := c.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := "# HELP x_total Things.\n# TYPE x_total counter\n" +
+		"x_total{a=\"1\",b=\"2\"} 5\n" +
+		"x_total{a=\"q\\\"uote\",b=\"\"} 1\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+	if c.Value("1", "2") != 5 || c.Value("nope", "") != 0 {
+		t.Errorf("values %d %d", c.Value("1", "2"), c.Value("nope", ""))
+	}
+}
+
+func TestHistogramVec(t *testing.T) {
+	h := NewHistogramVec("lat_seconds", "Latency.", []float64{0.1, 1}, "m")
+	for _, v := range []float64{0.05, 0.1, 0.5, 3} {
+		h.Observe(v, "m1")
+	}
+	var b strings.Builder
+	if err := h.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	// Buckets are cumulative and inclusive (le): 0.1 falls in le=0.1.
+	for _, line := range []string{
+		`lat_seconds_bucket{m="m1",le="0.1"} 2`,
+		`lat_seconds_bucket{m="m1",le="1"} 3`,
+		`lat_seconds_bucket{m="m1",le="+Inf"} 4`,
+		`lat_seconds_sum{m="m1"} 3.65`,
+		`lat_seconds_count{m="m1"} 4`,
+		"# TYPE lat_seconds histogram",
+	} {
+		if !strings.Contains(b.String(), line+"\n") {
+			t.Errorf("missing %q in\n%s", line, b.String())
+		}
+	}
+}
+
+func TestHistogramConcurrent(t *testing.T) {
+	h := NewHistogramVec("h", "H.", []float64{1}, "m")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				h.Observe(0.5, "m")
+			}
+		})
+	}
+	wg.Wait()
+	if h.Count("m") != 8000 {
+		t.Errorf("count %d", h.Count("m"))
+	}
+	var b strings.Builder
+	_ = h.WritePrometheus(&b)
+	if !strings.Contains(b.String(), `h_sum{m="m"} 4000`+"\n") {
+		t.Errorf("sum lost updates:\n%s", b.String())
+	}
+}
+
+func TestRequests(t *testing.T) {
+	m := NewRequests()
+	for _, r := range []Request{
+		{Model: "demo/chat", Provider: "p", Status: 200, Duration: 20 * time.Millisecond, TimeToFirstByte: 5 * time.Millisecond,
+			PromptTokens: 10, CompletionTokens: 3, Cached: 8, Attempts: 2},
+		{Model: "demo/chat", Provider: "p", Status: 429, Duration: time.Millisecond},
+		{Model: "/v1/files", Status: 404, Duration: time.Millisecond},
+		{Model: "demo/chat", Provider: "p", Origin: "batch", Status: 503, Duration: time.Second},
+	} {
+		m.Observe(r)
+	}
+	if got := m.Total.Value("demo/chat", "p", "", "2xx"); got != 1 {
+		t.Errorf("2xx = %d", got)
+	}
+	if m.Total.Value("demo/chat", "p", "", "429") != 1 || m.Total.Value("/v1/files", "", "", "4xx") != 1 ||
+		m.Total.Value("demo/chat", "p", "batch", "5xx") != 1 {
+		t.Error("status classes wrong")
+	}
+	if m.Tokens.Value("demo/chat", "p", "cached") != 8 || m.Tokens.Value("demo/chat", "p", "prompt") != 10 {
+		t.Error("tokens wrong")
+	}
+	if m.Retries.Value("demo/chat") != 1 || m.TTFB.Count("demo/chat", "p") != 1 || m.Duration.Count("demo/chat", "p") != 3 {
+		t.Error("retries or histograms wrong")
+	}
+	var b strings.Builder
+	if err := m.WritePrometheus(&b); err != nil || !strings.Contains(b.String(), "switchyard_request_duration_seconds_bucket") {
+		t.Errorf("exposition: %v\n%s", err, b.String())
+	}
+}
