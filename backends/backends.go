@@ -31,10 +31,13 @@ type Options struct {
 	Gateway *onbehalf.Client
 	// Search, when set, serves the Responses API's web_search tool.
 	Search responses.Searcher
+	// CodeInterpreter, when set, serves the Responses API's
+	// code_interpreter tool.
+	CodeInterpreter responses.CodeRunner
 	// EmbeddingModel, when set, turns on vector stores and the file_search
 	// tool: chunks and queries are embedded with it through the gateway.
 	EmbeddingModel string
-	Logger *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Service is the running backends.
@@ -78,7 +81,8 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 		fileSearch = s.vectors
 	}
 	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway,
-		Search: opts.Search, FileSearch: fileSearch, Logger: log.With("service", "responses")}); err != nil {
+		Search: opts.Search, FileSearch: fileSearch, CodeInterpreter: opts.CodeInterpreter,
+		Logger: log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()

@@ -37,6 +37,20 @@ type options struct {
 	pacedStreams                      int
 	profileSecs                       int
 	skipMicro, keep                   bool
+	// systems and phases restrict a run (quick probes while working on the
+	// hot path); make bench runs everything.
+	systems, phases map[string]bool
+}
+
+// listFlag parses a comma-separated list into a set.
+func listFlag(v string) map[string]bool {
+	m := map[string]bool{}
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			m[f] = true
+		}
+	}
+	return m
 }
 
 var startTime = time.Now()
@@ -65,7 +79,10 @@ func main() {
 	flag.IntVar(&o.profileSecs, "profile-seconds", 5, "length of each CPU profile of switchyard under load")
 	flag.BoolVar(&o.skipMicro, "skip-micro", false, "skip the go test microbenchmarks")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs, profiles)")
+	systemsFlag := flag.String("systems", "nginx,portkey,switchyard", "the systems to measure besides direct (a quick probe: switchyard)")
+	phasesFlag := flag.String("phases", "latency,streaming,profiles,memory,batch", "the phases to run besides the microbenchmarks (-skip-micro)")
 	flag.Parse()
+	o.systems, o.phases = listFlag(*systemsFlag), listFlag(*phasesFlag)
 	for _, f := range strings.Split(concFlag, ",") {
 		c, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || c < 1 {
@@ -135,7 +152,9 @@ func benchmark(ctx context.Context, o *options) error {
 
 	// nginx, the floor.
 	nginx := &system{name: "nginx"}
-	if bin, v, err := ensureNginx(ctx); err != nil {
+	if !o.systems["nginx"] {
+		nginx.skip = "not run: left out with -systems"
+	} else if bin, v, err := ensureNginx(ctx); err != nil {
 		nginx.skip = "not run: could not install nginx: " + err.Error()
 	} else {
 		r.machine.versions = append(r.machine.versions, kv{"nginx", v})
@@ -153,7 +172,9 @@ func benchmark(ctx context.Context, o *options) error {
 
 	// Portkey, the peer.
 	portkey := &system{name: "portkey"}
-	if dir, v, err := ensurePortkey(ctx, o.cache); err != nil {
+	if !o.systems["portkey"] {
+		portkey.skip = "not run: left out with -systems"
+	} else if dir, v, err := ensurePortkey(ctx, o.cache); err != nil {
 		portkey.skip = "not run: could not install " + portkeySpec + ": " + err.Error()
 	} else {
 		r.machine.versions = append(r.machine.versions, kv{"portkey gateway", v + " (" + portkeyPackage +
@@ -188,7 +209,9 @@ func benchmark(ctx context.Context, o *options) error {
 		return err
 	}
 	r.syConfig = switchyardConfig(syPort, fakePort, pacedPort)
-	if key, err = createKey(ctx, o.bin, cfgPath, dataDir); err != nil {
+	if !o.systems["switchyard"] {
+		sy.skip = "not run: left out with -systems"
+	} else if key, err = createKey(ctx, o.bin, cfgPath, dataDir); err != nil {
 		sy.skip = "not run: " + err.Error()
 	} else {
 		logf("starting switchyard run")
@@ -224,15 +247,26 @@ func benchmark(ctx context.Context, o *options) error {
 		return fmt.Errorf("the fake upstream itself does not answer: %s", direct.skip)
 	}
 
-	r.latency = runLatency(ctx, o, r.systems)
-	r.streams = runStreaming(ctx, o, r.systems)
+	if o.phases["latency"] {
+		r.latency = runLatency(ctx, o, r.systems)
+	}
+	if o.phases["streaming"] {
+		r.streams = runStreaming(ctx, o, r.systems)
+	}
 
-	if syProc != nil && sy.skip == "" {
-		r.profiles = runProfiles(ctx, o, sy, pprofPort, tmp)
+	if syProc != nil && sy.skip == "" && !o.phases["profiles"] && !o.phases["memory"] && !o.phases["batch"] {
+		syProc.stop()
+		r.batch = batchResult{Skip: "not run: left out with -phases"}
+	} else if syProc != nil && sy.skip == "" {
+		if o.phases["profiles"] {
+			r.profiles = runProfiles(ctx, o, sy, pprofPort, tmp)
+		}
 		if m, err := readMem(syProc.pid()); err == nil {
 			r.memory = append(r.memory, memRow{"process of the latency, streaming and profile runs (non-streaming up to concurrency " + strconv.Itoa(maxConc) + ")", m, 0, 0})
 		}
-		if ok, why := probeBatches(ctx, fmt.Sprintf("http://127.0.0.1:%d", syPort), key); ok {
+		if !o.phases["batch"] {
+			r.batch = batchResult{Skip: "not run: left out with -phases"}
+		} else if ok, why := probeBatches(ctx, fmt.Sprintf("http://127.0.0.1:%d", syPort), key); ok {
 			r.batchImplemented = true
 		} else {
 			r.batch = batchNotRun(why)
@@ -240,7 +274,9 @@ func benchmark(ctx context.Context, o *options) error {
 		}
 		syProc.stop()
 		cfgFor := func(port int) string { return switchyardConfig(port, fakePort, pacedPort) }
-		r.memory = append(r.memory, runMemory(ctx, o, sy, cfgFor, dataDir, tmp)...)
+		if o.phases["memory"] {
+			r.memory = append(r.memory, runMemory(ctx, o, sy, cfgFor, dataDir, tmp)...)
+		}
 		if r.batchImplemented {
 			r.batch = runBatchPhase(ctx, o, cfgFor, dataDir, key, tmp)
 		}

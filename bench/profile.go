@@ -47,8 +47,9 @@ var components = []struct {
 	label, fn string
 	flat      bool
 }{
-	{"data plane: client connection and request handling (all of it)", "net/http.(*conn).serve", false},
+	{"data plane: client connection and request handling (until the response is sent)", "net/http.(*conn).serve", false},
 	{"data plane: ext_proc client round trips (inside the above)", "github.com/switchyard-ai/switchyard/dataplane.(*processor).call", false},
+	{"data plane: stream-done work after the response (token charge, access log)", "github.com/switchyard-ai/switchyard/dataplane.(*requestState).finish.func1", false},
 	{"data plane: upstream connection (net/http client)", "net/http.(*persistConn).readLoop", false},
 	{"data plane: upstream connection writes", "net/http.(*persistConn).writeLoop", false},
 	{"data plane: access log", "github.com/switchyard-ai/switchyard/dataplane.(*requestState).logAccess", false},

@@ -122,6 +122,56 @@ type Model struct {
 	Tokenizer string `yaml:"tokenizer" json:"tokenizer,omitempty"`
 	// Dimensions reports whether the embedding model accepts `dimensions`.
 	Dimensions bool `yaml:"dimensions" json:"dimensions,omitempty"`
+	// PromptCache keeps providers' prompt caches warm: cache affinity
+	// routing and Anthropic cache breakpoints (see PromptCache).
+	PromptCache PromptCache `yaml:"prompt_cache" json:"prompt_cache,omitzero"`
+}
+
+// PromptCache configures how a model's requests use providers' prompt
+// caches. Providers cache prompt prefixes (OpenAI automatically from 1024
+// tokens, Gemini 2.5 implicitly, Anthropic at cache_control breakpoints);
+// a cached prefix is billed at a fraction of the price and skips most of
+// the time to first byte, but only on the provider that saw it.
+type PromptCache struct {
+	// Affinity sends the requests of one conversation to the same first
+	// provider: the highest-random-weight (rendezvous) choice for a key
+	// made of the request's prompt_cache_key, or else its stable prefix
+	// (system and developer messages up to the first user message, and
+	// tools), and the caller's key owner. Weighted routing keeps its
+	// weights across keys; latency routing chooses among the providers
+	// within LatencyTolerance of the best estimate. Unset: on for
+	// RoutingWeighted and RoutingLatency; priority routing is affine
+	// already (its first choice only changes with health).
+	Affinity *bool `yaml:"affinity" json:"affinity,omitempty"`
+	// LatencyTolerance is, under RoutingLatency with affinity, how much
+	// slower than the best estimate (a fraction: 0.25 is 25%) a provider
+	// may be and still keep its conversations. Default
+	// DefaultLatencyTolerance.
+	LatencyTolerance float64 `yaml:"latency_tolerance" json:"latency_tolerance,omitempty"`
+	// Breakpoints adds Anthropic cache_control breakpoints when a request
+	// is translated for an anthropic provider (the last tool, the system
+	// prompt, the conversation before the newest user turn), where the
+	// prefix is long enough to be cached. Unset: on.
+	Breakpoints *bool `yaml:"breakpoints" json:"breakpoints,omitempty"`
+	// MinTokens is the shortest prefix a breakpoint is placed after,
+	// estimated at 4 bytes a token. Default DefaultCacheMinTokens
+	// (Anthropic's minimum for most models; Haiku models need 2048).
+	MinTokens int `yaml:"min_tokens" json:"min_tokens,omitempty"`
+}
+
+// CacheAffinity reports whether the model's first choices are cache affine
+// (PromptCache.Affinity, defaulting by routing policy).
+func (m *Model) CacheAffinity() bool {
+	if a := m.PromptCache.Affinity; a != nil {
+		return *a
+	}
+	return m.Routing == RoutingWeighted || m.Routing == RoutingLatency
+}
+
+// CacheBreakpoints reports whether Anthropic cache breakpoints are added
+// (PromptCache.Breakpoints, default on).
+func (m *Model) CacheBreakpoints() bool {
+	return m.PromptCache.Breakpoints == nil || *m.PromptCache.Breakpoints
 }
 
 // ModelProvider is one provider serving a model, under the provider's own name.
@@ -169,6 +219,8 @@ const (
 	DefaultConsecutiveFailures   = 3
 	DefaultOutlierInterval       = time.Second
 	DefaultBaseEjectionTime      = 10 * time.Second
+	DefaultLatencyTolerance      = 0.25
+	DefaultCacheMinTokens        = 1024
 )
 
 // Known enumerations.
@@ -510,6 +562,12 @@ func (v *validator) check(c *Config) {
 		}
 		if m.FirstByteTimeout < 0 {
 			v.fail("must be positive", "models", i, "first_byte_timeout")
+		}
+		if pc := m.PromptCache; pc.LatencyTolerance < 0 || pc.LatencyTolerance > 10 {
+			v.fail("must be between 0 and 10 (a fraction of the best estimate)", "models", i, "prompt_cache", "latency_tolerance")
+		}
+		if m.PromptCache.MinTokens < 0 {
+			v.fail("must not be negative", "models", i, "prompt_cache", "min_tokens")
 		}
 		if m.Tokenizer != "" && !contains([]string{"cl100k_base", "o200k_base", "estimate"}, m.Tokenizer) {
 			v.fail("must be cl100k_base, o200k_base or estimate", "models", i, "tokenizer")

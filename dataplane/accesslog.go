@@ -6,7 +6,6 @@ import (
 	"math"
 	"sort"
 	"strings"
-	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -37,7 +36,7 @@ func (s *requestState) logAccess() {
 		slog.String("path", s.path),
 		slog.String("protocol", s.r.Proto),
 		slog.Int("status", s.status),
-		slog.Int64("duration_ms", time.Since(s.start).Milliseconds()),
+		slog.Int64("duration_ms", s.end.Sub(s.start).Milliseconds()),
 		slog.String("upstream_cluster", s.cluster),
 		slog.String("request_id", s.requestID),
 		slog.Int64("bytes_sent", s.bytesSent),

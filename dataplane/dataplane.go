@@ -66,6 +66,10 @@ type DataPlane struct {
 
 	grpcMu    sync.Mutex
 	grpcConns map[string]*grpc.ClientConn
+
+	// streamDone counts finished requests whose stream-done work (the
+	// ratelimit call, the access log) is still running (stream.go, finish).
+	streamDone sync.WaitGroup
 }
 
 type transportEntry struct {
@@ -249,6 +253,9 @@ func (d *DataPlane) Close() error {
 		}()
 	}
 	wg.Wait()
+	// The stream-done calls of the last requests still need their gRPC
+	// channels.
+	d.streamDone.Wait()
 	for _, e := range d.transports {
 		e.cluster.transport.CloseIdleConnections()
 	}

@@ -91,11 +91,23 @@ func (h *headerMap) del(key string) {
 func (h headerMap) clone() headerMap { return append(headerMap(nil), h...) }
 
 // proto renders the map for ext_proc: values go in raw_value, as Envoy sends
-// them (the string value field is left empty).
+// them (the string value field is left empty). The messages and the values
+// are allocated in one block each, not one per header: a request's headers
+// cross ext_proc several times.
 func (h headerMap) proto() *corev3.HeaderMap {
-	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, 0, len(h))}
+	n := 0
 	for _, f := range h {
-		out.Headers = append(out.Headers, &corev3.HeaderValue{Key: f.key, RawValue: []byte(f.value)})
+		n += len(f.value)
+	}
+	vals := make([]corev3.HeaderValue, len(h))
+	raw := make([]byte, 0, n)
+	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, len(h))}
+	for i, f := range h {
+		start := len(raw)
+		raw = append(raw, f.value...)
+		vals[i].Key = f.key
+		vals[i].RawValue = raw[start:len(raw):len(raw)]
+		out.Headers[i] = &vals[i]
 	}
 	return out
 }

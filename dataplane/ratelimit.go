@@ -33,9 +33,9 @@ import (
 
 // rateLimitStreamDone makes the filter's stream-done call, if the
 // connection manager has the filter and the request's final route has
-// stream-done limits. It runs synchronously in finish, bounded by the
-// filter's timeout, so a client that reuses its connection sees its usage
-// charged before its next request is read.
+// stream-done limits. It runs once the request has finished (finish, in
+// stream.go), detached from the connection as in Envoy, bounded by the
+// filter's timeout.
 func (s *requestState) rateLimitStreamDone() {
 	f := s.lis.hcm.rateLimit
 	rt := s.route

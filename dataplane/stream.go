@@ -40,6 +40,7 @@ type requestState struct {
 	rc    *http.ResponseController
 	r     *http.Request
 	start time.Time
+	end   time.Time // when the handler finished
 
 	headers    headerMap
 	body       io.Reader // the request body, bounded by the stream idle timeout
@@ -139,9 +140,17 @@ func (s *requestState) run() {
 	s.encode(resp)
 }
 
-// finish releases the request's resources and writes its access log line.
-// It runs even when the stream is reset with a panic.
+// finish releases the request's resources, then makes the ratelimit
+// filter's stream-done call and writes the access log line once the
+// handler has returned. It runs even when the stream is reset with a panic.
+//
+// The stream-done work does not hold the connection, as in Envoy, where
+// the stream is over once the response is sent: the ratelimit filter's
+// stream-done call is detached from the finished stream, and the
+// connection reads its next request meanwhile. Done synchronously, the
+// call's round trip would delay a keep-alive client's next request.
 func (s *requestState) finish() {
+	s.end = time.Now()
 	s.upCancel()
 	for i := len(s.cleanups) - 1; i >= 0; i-- {
 		s.cleanups[i]()
@@ -152,8 +161,13 @@ func (s *requestState) finish() {
 	if s.proc != nil {
 		s.proc.close()
 	}
-	s.rateLimitStreamDone()
-	s.logAccess()
+	d := s.d
+	d.streamDone.Add(1)
+	go func() {
+		defer d.streamDone.Done()
+		s.rateLimitStreamDone()
+		s.logAccess()
+	}()
 }
 
 // prepareHeaders builds the header map filters see, with the connection

@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/switchyard-ai/switchyard/backends/sandbox"
 	"github.com/switchyard-ai/switchyard/providers/fake"
 )
 
@@ -39,6 +40,8 @@ tools:
     api_key_env: %s
   file_search:
     embedding_model: demo/embed
+  code_interpreter:
+    timeout: 10s
 `, search.URL, searchKeyEnv)})
 }
 
@@ -307,4 +310,58 @@ func TestFileSearchThroughTheGateway(t *testing.T) {
 	if err == nil {
 		t.Error("another owner searched the vector store")
 	}
+}
+
+// TestCodeInterpreterThroughTheGateway: the fake model asks to run "sample"
+// (its placeholder argument); the sandbox runs it and the NameError comes
+// back to the model. Where the host cannot isolate code (not root), the tool
+// is refused by name instead.
+func TestCodeInterpreterThroughTheGateway(t *testing.T) {
+	s := newResponsesStack(t)
+	ctx := context.Background()
+	c := s.client()
+	params := responses.ResponseNewParams{
+		Model: "demo/chat",
+		Tools: []responses.ToolUnionParam{{OfCodeInterpreter: &responses.ToolCodeInterpreterParam{
+			Container: responses.ToolCodeInterpreterContainerUnionParam{
+				OfCodeInterpreterToolAuto: &responses.ToolCodeInterpreterContainerCodeInterpreterContainerAutoParam{}}}}},
+		Include: []responses.ResponseIncludable{responses.ResponseIncludableCodeInterpreterCallOutputs},
+		Input:   responses.ResponseNewParamsInputUnion{OfString: openai.String("compute something")},
+	}
+	r, err := c.Responses.New(ctx, params)
+	if sandboxErr := sandboxUnavailable(); sandboxErr != "" {
+		if e := apiError(t, err, 400, "invalid_value"); e.Param != "tools" {
+			t.Errorf("param %q", e.Param)
+		}
+		t.Skipf("sandbox unavailable here (%s): refused with a 400 as it should be", sandboxErr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran bool
+	for _, item := range r.Output {
+		if item.Type == "code_interpreter_call" {
+			ci := item.AsCodeInterpreterCall()
+			logs := ""
+			for _, o := range ci.Outputs {
+				logs += o.Logs
+			}
+			ran = ci.Status == "completed" && ci.Code == "sample" && strings.Contains(logs, "NameError")
+		}
+	}
+	if !ran || !strings.Contains(r.OutputText(), "NameError") {
+		t.Errorf("code_interpreter: ran %v, text %q, output %+v", ran, r.OutputText(), r.Output)
+	}
+}
+
+// sandboxUnavailable says why the sandbox cannot run here, "" when it can.
+func sandboxUnavailable() string {
+	r, err := sandbox.New(sandbox.Options{})
+	if err != nil {
+		return err.Error()
+	}
+	if err := r.Available(); err != nil {
+		return err.Error()
+	}
+	return ""
 }

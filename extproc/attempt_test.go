@@ -202,6 +202,9 @@ type exchange struct {
 	// bodyMessage: the attempt's upstream phase was sent the request body
 	// (false for a prepared attempt, which skips it).
 	bodyMessage bool
+	// upstreamResponse: the attempt's upstream phase was sent the response
+	// headers (a prepared attempt on a provider alone skips them).
+	upstreamResponse bool
 }
 
 // attemptResult is one attempt's request side through the upstream filter.
@@ -209,7 +212,10 @@ type attemptResult struct {
 	stream      *envoy
 	body        []byte // what goes to the provider
 	bodyMessage bool   // the request body message was sent to the filter
-	immediate   *extprocv3.ProcessingResponse
+	// noResponse: the mode_override skips the response headers (and the
+	// response body was NONE already), so the filter sees no more messages.
+	noResponse bool
+	immediate  *extprocv3.ProcessingResponse
 }
 
 // attempt runs the request side of one attempt on provider as Envoy's
@@ -231,13 +237,14 @@ func (h *harness) attempt(t *testing.T, provider string, hs headers, body []byte
 	hs.apply(common(r).GetHeaderMutation())
 	mo := r.GetModeOverride()
 	if mo != nil && mo.GetRequestBodyMode() == filterv3.ProcessingMode_NONE {
-		if mo.GetResponseHeaderMode() != filterv3.ProcessingMode_SEND {
-			t.Errorf("mode_override %v stops the response headers message", mo)
+		skip := mo.GetResponseHeaderMode() == filterv3.ProcessingMode_SKIP
+		if skip && mo.GetResponseBodyMode() != filterv3.ProcessingMode_NONE {
+			t.Errorf("mode_override %v asks for a response body without its headers", mo)
 		}
 		if cl, ok := hs["content-length"]; ok && cl != strconv.Itoa(len(body)) {
 			t.Errorf("prepared attempt: content-length %q, body %d bytes", cl, len(body))
 		}
-		return attemptResult{stream: u, body: body}
+		return attemptResult{stream: u, body: body, noResponse: skip}
 	}
 	r = u.do(reqBody(string(body)))
 	if r.GetImmediateResponse() != nil {
@@ -367,7 +374,11 @@ func (h *harness) roundTrip(t *testing.T, up *fakeUpstreams, provider, path, bod
 		}
 		return in
 	}
-	chunks = through(u, append(pieces(string(raw)), ""))
+	chunks = append(pieces(string(raw)), "")
+	x.upstreamResponse = !a.noResponse
+	if !a.noResponse {
+		chunks = through(u, chunks)
+	}
 	chunks = through(e, chunks)
 	x.status, _ = strconv.Atoi(resp[":status"])
 	x.header = resp

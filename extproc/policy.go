@@ -150,6 +150,13 @@ func (s *Server) createdAt(model string, now time.Time) int64 {
 //   - latency: the first with fewer than exploreSamples samples, else the
 //     lowest estimate.
 func choose(m *modelRoute, op operation, now time.Time) *target {
+	return chooseKeyed(m, op, now, 0)
+}
+
+// chooseKeyed is choose for a request with a cache affinity key (0 for
+// none): the model's policy then picks the candidate by rendezvous hashing
+// of the key (affinity.go).
+func chooseKeyed(m *modelRoute, op operation, now time.Time, key uint64) *target {
 	n := now.UnixNano()
 	for tier := range 3 {
 		var cands [8]*target // no allocation for models with up to 8 providers
@@ -172,6 +179,9 @@ func choose(m *modelRoute, op operation, now time.Time) *target {
 			c = append(c, t)
 		}
 		if len(c) > 0 {
+			if key != 0 {
+				return pickAffine(m, c, key)
+			}
 			return pick(m.policy, c)
 		}
 	}

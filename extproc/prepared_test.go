@@ -72,6 +72,62 @@ func TestPreparedFirstAttempt(t *testing.T) {
 	})
 }
 
+// TestPreparedAttemptAlone: a provider no model chooses between it and
+// another has no use for the response headers (its health is never read),
+// so its prepared attempts skip that message; a provider that some model
+// compares with others still gets it, for its latency samples and
+// cooldowns, even on the attempts of a model it serves alone.
+func TestPreparedAttemptAlone(t *testing.T) {
+	up := startFakes(t, map[string]string{"solo": "openai", "oa1": "openai", "oa2": "openai"})
+	h := newCatalogHarness(t, parseCatalog(`
+providers:
+  - {name: solo, kind: openai, base_url: "`+up.url("solo")+`/v1", api_key_env: OA_KEY}
+  - {name: oa1, kind: openai, base_url: "`+up.url("oa1")+`/v1", api_key_env: OA_KEY}
+  - {name: oa2, kind: openai, base_url: "`+up.url("oa2")+`/v1", api_key_env: OA2_KEY}
+models:
+  - {id: acme/solo, providers: [{provider: solo, upstream_model: fake-chat-1}]}
+  - {id: acme/one, providers: [{provider: oa1, upstream_model: fake-chat-1}]}
+  - id: acme/pair
+    providers:
+      - {provider: oa1, upstream_model: fake-chat-1, priority: 1}
+      - {provider: oa2, upstream_model: fake-chat-1, priority: 2}
+`))
+	for _, tc := range []struct {
+		model, provider string
+		response        bool
+	}{
+		{"acme/solo", "solo", false},
+		{"acme/one", "oa1", true},
+		{"acme/pair", "oa1", true},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			_, before := h.srv.healthOf(tc.provider).estimate()
+			x := h.roundTrip(t, up, "", chatPath, chatBody(tc.model))
+			if x.status != 200 || x.bodyMessage {
+				t.Fatalf("status %d, body message %v: %s", x.status, x.bodyMessage, x.body)
+			}
+			if x.upstream == nil || x.sentHeaders[catalog.FirstHeader] != tc.provider {
+				t.Fatalf("first choice %q, want %s", x.sentHeaders[catalog.FirstHeader], tc.provider)
+			}
+			if x.upstreamResponse != tc.response {
+				t.Errorf("upstream response headers message %v, want %v", x.upstreamResponse, tc.response)
+			}
+			want := before
+			if tc.response {
+				want++
+			}
+			if _, n := h.srv.healthOf(tc.provider).estimate(); n != want {
+				t.Errorf("latency samples %d, want %d", n, want)
+			}
+		})
+	}
+	// The stream ends after the request headers reply: no failure sample
+	// for an attempt whose answer the filter was never going to see.
+	if _, n := h.srv.healthOf("solo").estimate(); n != 0 {
+		t.Errorf("solo has %d samples, want none", n)
+	}
+}
+
 // failoverCatalog has two OpenAI-kind providers with different credentials
 // (the second under a base path), an Anthropic and a Gemini one.
 func failoverCatalog(up *fakeUpstreams) *catalog.Catalog {

@@ -380,7 +380,7 @@ func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.Processi
 	if resp := st.admit(ctx, func() int64 { return estimatePromptTokens(body, &req) }); resp != nil {
 		return resp
 	}
-	t := choose(mr, opChat, time.Now())
+	t := chooseKeyed(mr, opChat, time.Now(), st.affinityKey(mr, body, &req))
 	if t == nil {
 		return immediate(unsupportedModel(mr.id, opChat))
 	}

@@ -82,6 +82,12 @@ type provider struct {
 	// authorization is "Bearer <credential>" for OpenAI-kind providers.
 	authorization string
 	health        *providerHealth
+	// compared: some model of the catalog chooses between this provider
+	// and others, so its health (policy.go) is read. A provider only ever
+	// routed to alone needs no time-to-first-byte samples or cooldowns,
+	// and its prepared attempts skip the response headers message
+	// (upstream.go, preparedAttempt).
+	compared bool
 
 	// Built once per catalog for the upstream phase's replies, and shared
 	// by them (never modified): the credential header of an OpenAI-kind
@@ -107,6 +113,12 @@ type modelRoute struct {
 	dimensions       bool
 	contextWindow    int
 	chat, embeddings bool
+	// Prompt caching (affinity.go): cache affine first choices, the
+	// latency policy's tolerance, and the options anthropic attempts
+	// translate with.
+	affinity         bool
+	latencyTolerance float64
+	anthropicOpts    anthropic.Options
 	// listing is the model's object in GET /v1/models, rendered once.
 	listing []byte
 	// routeHeader (catalog.RouteHeader) and metaID (the id as dynamic
@@ -186,6 +198,13 @@ func (s *Server) SetCatalog(c *catalog.Catalog) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("extproc: catalog rejected: %w", err)
+	}
+	for _, m := range rt.order {
+		if len(m.targets) > 1 {
+			for _, t := range m.targets {
+				t.provider.compared = true
+			}
+		}
 	}
 	s.routes.Store(rt)
 	s.limits.setTiers(c.Tiers)
@@ -272,6 +291,7 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 		caps = []string{"chat", "tools"}
 	}
 	r.chat, r.embeddings = slices.Contains(caps, "chat"), slices.Contains(caps, "embeddings")
+	r.setPromptCache(m)
 	type ranked struct {
 		t        target
 		priority int

@@ -40,7 +40,9 @@ import (
 //     provider in cooldown, and for translated kinds the response body is
 //     asked for: BUFFERED for JSON and errors, STREAMED for event streams.
 //     OpenAI-compatible responses are left alone (response body NONE), so
-//     the common case costs nothing here.
+//     the common case costs nothing here. A prepared attempt on a provider
+//     that no model compares with another (provider.compared) is not sent
+//     the response headers at all.
 //   - response body: translated to OpenAI's format, whole or chunk by
 //     chunk. The downstream phase then reads usage from OpenAI bytes
 //     whichever provider answered.
@@ -191,11 +193,11 @@ var removePrepared = &extprocv3.HeaderMutation{RemoveHeaders: []string{preparedH
 // the downstream phase prepared the body for: the headers an OpenAI-kind
 // attempt sets, and a mode_override that sends the body on without this
 // filter (request body NONE; response headers still SEND, for the latency
-// sample and cooldowns). It returns nil when the attempt cannot be answered
-// from the headers alone (a catalog that no longer routes the model there,
-// or, for a model that serves both operations, a path it does not know):
-// the body message then comes, and requestBody rewrites it as for any
-// attempt.
+// sample and cooldowns, unless nothing reads them: provider.compared). It
+// returns nil when the attempt cannot be answered from the headers alone (a
+// catalog that no longer routes the model there, or, for a model that
+// serves both operations, a path it does not know): the body message then
+// comes, and requestBody rewrites it as for any attempt.
 func (st *upstreamStream) preparedAttempt(path string) *extprocv3.ProcessingResponse {
 	rt := st.srv.routes.Load()
 	if rt == nil {
@@ -235,9 +237,17 @@ func (st *upstreamStream) preparedAttempt(path string) *extprocv3.ProcessingResp
 		hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
 	}
 	hm.SetHeaders = append(hm.SetHeaders, pathHeader, contentTypeJSON)
+	resp := requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: hm})
+	if !p.compared {
+		// Nothing reads this provider's health: no model chooses between
+		// it and another. The response headers would only feed it, and an
+		// OpenAI-kind response needs no translation, so this attempt's
+		// stream ends with this reply.
+		resp.ModeOverride = preparedModeAlone
+		return resp
+	}
 	// The request goes to the provider as soon as this reply is applied.
 	st.sent = time.Now()
-	resp := requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: hm})
 	resp.ModeOverride = preparedMode
 	return resp
 }
@@ -247,8 +257,11 @@ var (
 	// configured mode (upstream filter: request headers SEND, request body
 	// BUFFERED, response headers SEND, response body NONE, trailers SKIP)
 	// without the request body.
-	preparedMode    = modeOverride(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_SEND)
-	contentTypeJSON = setHeader("content-type", "application/json")
+	preparedMode = modeOverride(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_SEND)
+	// preparedModeAlone is preparedMode without the response headers, for
+	// a provider whose health nothing reads (provider.compared).
+	preparedModeAlone = modeOverride(filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_NONE, filterv3.ProcessingMode_SKIP)
+	contentTypeJSON   = setHeader("content-type", "application/json")
 )
 
 // upstreamBody is what the upstream phase reads of the canonical body.
@@ -354,7 +367,7 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 			hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
 		}
 	case kindAnthropic:
-		out, err = anthropic.TranslateRequest(body, t.upstreamModel, anthropic.Options{DropUnsupported: m.dropUnsupported})
+		out, err = anthropic.TranslateRequest(body, t.upstreamModel, m.anthropicOpts)
 		path = t.chatPath
 		if st.stream {
 			path = t.streamPath

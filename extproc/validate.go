@@ -26,12 +26,14 @@ const (
 	fStreamOptions
 	fTools
 	fToolChoice
+	fPromptCacheKey
 	numFields
 )
 
 var fieldNames = [numFields]string{
 	"model", "messages", "temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "n",
 	"max_tokens", "max_completion_tokens", "stream", "stream_options", "tools", "tool_choice",
+	"prompt_cache_key",
 }
 
 func fieldIndex(key string) int {
@@ -64,6 +66,8 @@ func fieldIndex(key string) int {
 		return fTools
 	case "tool_choice":
 		return fToolChoice
+	case "prompt_cache_key":
+		return fPromptCacheKey
 	}
 	return -1
 }
@@ -86,6 +90,10 @@ type chatRequest struct {
 	// The prompt's size for the token estimate (estimatePromptTokens):
 	// bytes of the messages' text and the number of messages.
 	textBytes, messages int64
+	// prefixEnd is the offset just past the first user message (0 if
+	// none): the messages up to it start the conversation's stable
+	// prefix (affinity.go).
+	prefixEnd int
 }
 
 // parseChat validates a chat completion request body as OpenAI does and
@@ -141,6 +149,7 @@ func parseChat(body []byte) (chatRequest, *apierror.Error) {
 		return r, apierror.InvalidParam(fieldNames[dup], "Duplicate key '%s' in the request body.", fieldNames[dup])
 	}
 	r.textBytes, r.messages = msgs.textBytes, msgs.n
+	r.prefixEnd = msgs.prefixEnd
 	raw := func(f int) string { return s[r.fields[f].start:r.fields[f].end] }
 
 	model := raw(fModel)
@@ -218,6 +227,7 @@ type messageScan struct {
 	n         int64
 	err       *apierror.Error // the first invalid message's
 	textBytes int64
+	prefixEnd int // just past the first user message
 }
 
 // scan validates the array at s[i] (nesting depth 2) and returns the offset
@@ -317,6 +327,9 @@ func (m *messageScan) scan(s string, i int) int {
 			return -1
 		}
 		m.textBytes += contentText + nameText + toolText
+		if m.prefixEnd == 0 && role == `"user"` {
+			m.prefixEnd = e
+		}
 		if m.err == nil {
 			m.err = validateMessage(int(idx), role, content, toolCalls, functionCall, toolCallID)
 		}

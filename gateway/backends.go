@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-ai/switchyard/backends"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
+	"github.com/switchyard-ai/switchyard/backends/sandbox"
 	"github.com/switchyard-ai/switchyard/config"
 )
 
@@ -81,6 +82,21 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 	}
 	if fs := opts.Tools.FileSearch; fs != nil {
 		bo.EmbeddingModel = fs.EmbeddingModel
+	}
+	if ci := opts.Tools.CodeInterpreter; ci != nil {
+		r, err := sandbox.New(sandbox.Options{Python: ci.Python, Timeout: ci.Timeout, MemoryBytes: ci.MemoryBytes,
+			AllowUnsandboxed: ci.AllowUnsandboxed, Logger: log.With("service", "sandbox")})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: backends: code_interpreter: %w", err)
+		}
+		// A host that cannot isolate code (no namespaces: not root, or a
+		// container without the privileges) keeps serving everything else;
+		// requests using the tool get a 400 saying it is not available.
+		if err := r.Available(); err != nil {
+			log.Warn("code_interpreter is configured but unavailable", "error", err)
+		} else {
+			bo.CodeInterpreter = r // never a nil *sandbox.Runner in the interface
+		}
 	}
 	svc, err := backends.New(ctx, bo)
 	if err != nil {

@@ -77,9 +77,9 @@ type counts struct {
 }
 
 var (
-	errNotFound   = errors.New("batches: not found")
-	errLimit      = errors.New("batches: too many active batches")
-	errBadCursor  = errors.New("batches: unknown cursor")
+	errNotFound  = errors.New("batches: not found")
+	errLimit     = errors.New("batches: too many active batches")
+	errBadCursor = errors.New("batches: unknown cursor")
 )
 
 const dbFile = "batches.db"
@@ -146,7 +146,6 @@ var migrations = []string{
 	CREATE INDEX batches_owner ON batches (owner, seq);
 	CREATE INDEX batches_status ON batches (status);`,
 }
-
 
 func (s *store) close() error { return s.db.Close() }
 

@@ -94,7 +94,7 @@ type Options struct {
 	// MaxConcurrent bounds the runs at once; more wait. Default 4.
 	MaxConcurrent int
 	// UID and GID the code runs as when the gateway is root; default
-	// 65534 (nobody). 0 is not accepted.
+	// 65534 (nobody); 0 means the default, never root.
 	UID, GID int
 	// TempDir is where each run's directory is made; default os.TempDir().
 	TempDir string

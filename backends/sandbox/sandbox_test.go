@@ -379,6 +379,19 @@ t.start(); t.join()`, "hi\nthread\n"},
 	}
 }
 
+// TestTightMemoryLimit runs repeatedly under an address-space limit far
+// below what the shim's Go runtime has reserved: the shim must reach the
+// exec without mapping memory.
+func TestTightMemoryLimit(t *testing.T) {
+	r, _ := newRunner(t, Options{MemoryBytes: 96 << 20})
+	for i := range 30 {
+		res := run(t, r, "print('ok')")
+		if res.Stdout != "ok\n" || res.ExitCode != 0 {
+			t.Fatalf("run %d: %+v", i, res)
+		}
+	}
+}
+
 func TestRunCancelled(t *testing.T) {
 	r, runDirs := newRunner(t, Options{Timeout: 30 * time.Second})
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -162,25 +163,57 @@ func shim(encoded string) error {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
 		return fmt.Errorf("pdeathsig: %w", err)
 	}
-	// Limits last: lowering needs no privilege, and the shim's own Go
-	// runtime must not run into the address-space limit before the exec.
-	for _, l := range cfg.Limits {
-		// syscall.Setrlimit, not unix: it also stops the runtime from
-		// restoring its original RLIMIT_NOFILE at exec.
-		if err := syscall.Setrlimit(l.Resource, &syscall.Rlimit{Cur: l.Soft, Max: l.Hard}); err != nil {
-			return fmt.Errorf("setrlimit %d: %w", l.Resource, err)
-		}
+	// Everything exec needs is allocated now: once the address-space limit
+	// is set it can be far below what this Go process has already
+	// reserved, and a runtime that must map more memory then dies. From
+	// the limits to the exec nothing allocates.
+	path, err := syscall.BytePtrFromString(cfg.Python)
+	if err != nil {
+		return fmt.Errorf("exec python: %w", err)
 	}
-	// The filter last of all: the shim's own set-up needed what it denies.
+	argv, err := syscall.SlicePtrFromStrings(append(append([]string{cfg.Python}, cfg.Args...), "-")) // the program is stdin
+	if err != nil {
+		return fmt.Errorf("exec python: %w", err)
+	}
+	envv, err := syscall.SlicePtrFromStrings(cfg.Env)
+	if err != nil {
+		return fmt.Errorf("exec python: %w", err)
+	}
+	limits := make([]syscall.Rlimit, len(cfg.Limits))
+	for i, l := range cfg.Limits {
+		limits[i] = syscall.Rlimit{Cur: l.Soft, Max: l.Hard}
+	}
+	// The filter after everything the shim does that it denies.
 	if seccompSupported() {
 		if err := installSeccomp(); err != nil {
 			return err
 		}
 	}
-	argv := append([]string{cfg.Python}, cfg.Args...)
-	argv = append(argv, "-") // the program is stdin
-	err = syscall.Exec(cfg.Python, argv, cfg.Env)
-	return fmt.Errorf("exec python: %w", err)
+	for i := range limits {
+		// syscall.Setrlimit, not unix: it also stops the runtime from
+		// restoring its original RLIMIT_NOFILE at exec.
+		if err := syscall.Setrlimit(cfg.Limits[i].Resource, &limits[i]); err != nil {
+			rawFail("setrlimit: ", err)
+		}
+	}
+	// execve itself, not syscall.Exec, which converts its arguments (and
+	// so allocates) first.
+	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(path)),
+		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+	rawFail("exec python: ", errno)
+	return nil // not reached
+}
+
+// rawFail reports a failure of the shim's last steps on the error pipe and
+// exits, without allocating (see shim).
+func rawFail(prefix string, err error) {
+	msg := "unknown error"
+	if e, ok := err.(syscall.Errno); ok {
+		msg = e.Error() // a constant from the errno table
+	}
+	_, _ = syscall.Write(3, unsafe.Slice(unsafe.StringData(prefix), len(prefix)))
+	_, _ = syscall.Write(3, unsafe.Slice(unsafe.StringData(msg), len(msg)))
+	os.Exit(shimFailed)
 }
 
 // buildRoot makes the run's root filesystem on a tmpfs at cfg.Dir and

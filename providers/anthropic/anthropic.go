@@ -17,7 +17,26 @@ type Options struct {
 	// the client sent neither max_tokens nor max_completion_tokens. 0 means
 	// 4096.
 	DefaultMaxTokens int
+	// NoCacheControl turns off the automatic prompt caching breakpoints
+	// (see the package documentation); a client's own cache_control on
+	// content parts is kept either way.
+	NoCacheControl bool
+	// CacheMinTokens is the shortest prefix an automatic breakpoint is
+	// placed after, estimated at 4 bytes a token. 0 means 1024, Anthropic's
+	// minimum for most models (Haiku models need 2048).
+	CacheMinTokens int
 }
+
+// Prompt caching limits.
+const (
+	// maxBreakpoints is how many cache_control breakpoints Anthropic
+	// accepts in one request.
+	maxBreakpoints = 4
+	// defaultCacheMinTokens is Options.CacheMinTokens's default.
+	defaultCacheMinTokens = 1024
+	// bytesPerToken is the token estimate's ratio.
+	bytesPerToken = 4
+)
 
 // Header is one upstream request header.
 type Header struct{ Name, Value string }

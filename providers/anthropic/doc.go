@@ -48,6 +48,23 @@
 // (or safety_identifier) becomes metadata.user_id and parallel_tool_calls false
 // becomes disable_parallel_tool_use.
 //
+// # Prompt caching
+//
+// Anthropic caches a prompt prefix only up to the cache_control breakpoints a
+// request marks (at most 4), and only from a minimum length (1024 tokens for
+// most models); cache reads are billed at a tenth of the input price. Unless
+// Options.NoCacheControl, TranslateRequest adds {"type":"ephemeral"}
+// breakpoints where the prefix up to them (in Anthropic's order: tools,
+// system, messages) reaches Options.CacheMinTokens, estimated at 4 bytes a
+// token over the request's JSON: in order of value while the budget lasts,
+// the last system block (a string system prompt then becomes one text
+// block), the last block before the newest user turn (the conversation so
+// far, which the next turn repeats; a tool_result turn counts as a user
+// turn), and the last tool. cache_control on a client's content parts (text,
+// image, file; user, assistant, system and developer messages) is kept on
+// the block the part becomes and counts against the 4; a block that carries
+// the client's gets no second one. Tool message parts drop theirs.
+//
 // # Responses
 //
 // Text blocks are joined into message.content and tool_use blocks become

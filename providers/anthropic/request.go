@@ -3,6 +3,7 @@ package anthropic
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -37,10 +38,22 @@ type translator struct {
 	opts Options
 	w    turnWriter
 
-	// System prompt pieces: raw JSON strings, aliasing the request body.
-	system         []string
+	// System prompt pieces: raw JSON strings, aliasing the request body,
+	// with the client's cache_control of each ("" for none).
+	system         []systemPiece
 	systemFromList bool // some piece came from an array of parts
+	// clientBreakpoints counts the client's cache_control kept.
+	clientBreakpoints int
+	// Automatic breakpoints decided (placeBreakpoints) before the system
+	// prompt and tools are written.
+	cacheSystem, cacheTools bool
 }
+
+// systemPiece is one text of the system prompt and its cache_control.
+type systemPiece struct{ raw, cacheControl string }
+
+// ephemeral is the automatic breakpoint, appended inside a block's object.
+var ephemeral = []byte(`,"cache_control":{"type":"ephemeral"}`)
 
 // TranslateRequest turns a validated OpenAI chat request body into an
 // Anthropic Messages body for upstreamModel. A parameter Anthropic cannot
@@ -125,6 +138,7 @@ func TranslateRequest(body []byte, upstreamModel string, opts Options) ([]byte, 
 	out = appendInt(out, t.maxTokens(&f))
 
 	out = append(out, `,"messages":[`...)
+	msgStart := len(out)
 	t.w.buf = out
 	if err := t.messages(f.messages); err != nil {
 		return nil, err
@@ -134,7 +148,8 @@ func TranslateRequest(body []byte, upstreamModel string, opts Options) ([]byte, 
 			"Invalid 'messages': this model's provider (Anthropic) needs at least one user, assistant or tool message with content besides system and developer messages.")
 	}
 	t.w.close()
-	out = append(t.w.buf, ']')
+	out = t.placeBreakpoints(t.w.buf, msgStart, &f)
+	out = append(out, ']')
 
 	out = t.appendSystem(out)
 	out, err := t.appendTools(out, &f)
@@ -269,11 +284,21 @@ type turnWriter struct {
 	role  string // role of the open turn; "" when none is open
 	n     int    // blocks in the open turn
 	turns int
+	// lastCC: the last block written carries the client's cache_control.
+	lastCC bool
+	// prefixEnd is the offset just past the last block before the newest
+	// user turn (0 when the newest user turn is the first turn), where the
+	// conversation prefix ends; prefixCC is that block's lastCC.
+	prefixEnd int
+	prefixCC  bool
 }
 
 // block prepares buf for the next block of a role's turn.
 func (w *turnWriter) block(role string) {
 	if w.role != role {
+		if w.role != "" && role == "user" {
+			w.prefixEnd, w.prefixCC = len(w.buf), w.lastCC
+		}
 		w.close()
 		if w.turns > 0 {
 			w.buf = append(w.buf, ',')
@@ -288,6 +313,16 @@ func (w *turnWriter) block(role string) {
 		w.buf = append(w.buf, ',')
 	}
 	w.n++
+	w.lastCC = false
+}
+
+// cacheControl adds the client's cache_control (a raw JSON object) to the
+// block just written, which ends with its closing brace.
+func (w *turnWriter) cacheControl(raw string) {
+	w.buf = append(w.buf[:len(w.buf)-1], `,"cache_control":`...)
+	w.buf = append(w.buf, raw...)
+	w.buf = append(w.buf, '}')
+	w.lastCC = true
 }
 
 func (w *turnWriter) close() {
@@ -372,7 +407,7 @@ func (t *translator) systemMessage(i int, content gjson.Result) error {
 	switch {
 	case content.Type == gjson.String:
 		if content.Raw != `""` {
-			t.system = append(t.system, content.Raw)
+			t.system = append(t.system, systemPiece{raw: content.Raw})
 		}
 	case content.IsArray():
 		t.systemFromList = true
@@ -385,7 +420,12 @@ func (t *translator) systemMessage(i int, content gjson.Result) error {
 				return false
 			}
 			if txt := part.Get("text"); txt.Type == gjson.String && txt.Raw != `""` {
-				t.system = append(t.system, txt.Raw)
+				sp := systemPiece{raw: txt.Raw}
+				if cc := part.Get("cache_control"); cc.IsObject() {
+					sp.cacheControl = cc.Raw
+					t.clientBreakpoints++
+				}
+				t.system = append(t.system, sp)
 			}
 			j++
 			return true
@@ -417,25 +457,60 @@ func (t *translator) content(i int, role string, content gjson.Result) error {
 	return err
 }
 
-func (t *translator) part(i, j int, role string, part gjson.Result) error {
+// contentPart is one content part's members, collected in one pass (an
+// image part can hold megabytes of base64).
+type contentPart struct {
+	typ, text, refusal, imageURL, file, cacheControl gjson.Result
+}
+
+func (t *translator) part(i, j int, role string, raw gjson.Result) error {
 	param := func(suffix string) string { return fmt.Sprintf("messages[%d].content[%d]%s", i, j, suffix) }
-	switch typ := part.Get("type").Str; typ {
+	var part contentPart
+	raw.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "type":
+			part.typ = v
+		case "text":
+			part.text = v
+		case "refusal":
+			part.refusal = v
+		case "image_url":
+			part.imageURL = v
+		case "file":
+			part.file = v
+		case "cache_control":
+			part.cacheControl = v
+		}
+		return true
+	})
+	before := len(t.w.buf)
+	switch typ := part.typ.Str; typ {
 	case "text":
-		if txt := part.Get("text"); txt.Type == gjson.String && txt.Raw != `""` {
+		if txt := part.text; txt.Type == gjson.String && txt.Raw != `""` {
 			t.w.text(role, txt.Raw)
 		}
 	case "refusal": // an earlier assistant refusal, replayed as what was said
-		if txt := part.Get("refusal"); txt.Type == gjson.String && txt.Raw != `""` {
+		if txt := part.refusal; txt.Type == gjson.String && txt.Raw != `""` {
 			t.w.text(role, txt.Raw)
 		}
 	case "image_url":
-		return t.image(param(".image_url.url"), role, part.Get("image_url"))
+		if err := t.image(param(".image_url.url"), role, part.imageURL); err != nil {
+			return err
+		}
 	case "file":
-		return t.file(param(".file"), role, part.Get("file"))
+		if err := t.file(param(".file"), role, part.file); err != nil {
+			return err
+		}
 	case "input_audio":
 		return t.refuse(unsupportedValue(param(".type"), "audio input is not supported by this model's provider (Anthropic)."))
 	default:
 		return apierror.InvalidParam(param(".type"), "Invalid content part type '%s'.", typ)
+	}
+	// The client's breakpoint stays on the block the part became (none
+	// when the part was dropped or empty).
+	if part.cacheControl.IsObject() && len(t.w.buf) > before {
+		t.w.cacheControl(part.cacheControl.Raw)
+		t.clientBreakpoints++
 	}
 	return nil
 }
@@ -593,21 +668,30 @@ func (t *translator) toolResult(i int, m *message) error {
 
 // appendSystem appends the collected system prompt: the string itself when it
 // came from one string message, text blocks otherwise.
+//
+// A breakpoint (the client's, or cacheSystem's on the last block) needs
+// blocks: a string system prompt becomes one text block then.
 func (t *translator) appendSystem(out []byte) []byte {
 	switch {
 	case len(t.system) == 0:
 		return out
-	case len(t.system) == 1 && !t.systemFromList:
+	case len(t.system) == 1 && !t.systemFromList && !t.cacheSystem:
 		out = append(out, `,"system":`...)
-		return append(out, t.system[0]...)
+		return append(out, t.system[0].raw...)
 	}
 	out = append(out, `,"system":[`...)
-	for k, raw := range t.system {
+	for k, p := range t.system {
 		if k > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, `{"type":"text","text":`...)
-		out = append(out, raw...)
+		out = append(out, p.raw...)
+		if p.cacheControl != "" {
+			out = append(out, `,"cache_control":`...)
+			out = append(out, p.cacheControl...)
+		} else if t.cacheSystem && k == len(t.system)-1 {
+			out = append(out, ephemeral...)
+		}
 		out = append(out, '}')
 	}
 	return append(out, ']')
@@ -657,6 +741,9 @@ func (t *translator) appendTools(out []byte, f *request) ([]byte, error) {
 	}
 	if n == 0 {
 		return out[:start], nil
+	}
+	if t.cacheTools { // on the last tool: before its closing brace
+		out = append(append(out[:len(out)-1], ephemeral...), '}')
 	}
 	out = append(out, ']')
 	return t.appendToolChoice(out, f)
@@ -780,4 +867,54 @@ func (t *translator) appendSampling(out []byte, f *request) ([]byte, error) {
 		out = append(out, f.topP.Raw...)
 	}
 	return out, nil
+}
+
+// placeBreakpoints decides the automatic cache_control breakpoints once the
+// messages are written (out ends with them; they start at msgStart), adds
+// the conversation's and returns out.
+//
+// Anthropic caches the prefix up to a breakpoint, in the order tools, system,
+// messages, and only from CacheMinTokens tokens (estimated at 4 bytes a
+// token, over the request's own JSON). Candidates, in order of value while
+// the 4 breakpoints Anthropic allows (less the client's) last:
+//
+//   - the last system block: the prompt every conversation shares;
+//   - the last block before the newest user turn: the conversation so far,
+//     which the next turn repeats (a breakpoint on the newest turn itself
+//     would mostly be written and never read once the conversation ends);
+//   - the last tool: tools alone, for when the system prompt varies.
+//
+// A block that already carries the client's cache_control gets no second one.
+func (t *translator) placeBreakpoints(out []byte, msgStart int, f *request) []byte {
+	budget := maxBreakpoints - t.clientBreakpoints
+	if t.opts.NoCacheControl || budget <= 0 {
+		return out
+	}
+	minTokens := t.opts.CacheMinTokens
+	if minTokens <= 0 {
+		minTokens = defaultCacheMinTokens
+	}
+	minBytes := minTokens * bytesPerToken
+	tools := 0
+	if f.tools.IsArray() {
+		tools = len(f.tools.Raw)
+	}
+	system := 0
+	for _, p := range t.system {
+		system += len(p.raw)
+	}
+	if len(t.system) > 0 && t.system[len(t.system)-1].cacheControl == "" && tools+system >= minBytes {
+		t.cacheSystem = true
+		budget--
+	}
+	if end := t.w.prefixEnd; budget > 0 && end > msgStart && !t.w.prefixCC && tools+system+end-msgStart >= minBytes {
+		// Inside the block's object, before its closing brace: only the
+		// newest turn after it moves.
+		out = slices.Insert(out, end-1, ephemeral...)
+		budget--
+	}
+	if budget > 0 && tools >= minBytes {
+		t.cacheTools = true
+	}
+	return out
 }

@@ -38,11 +38,12 @@ func NewAnthropic(opts Options) http.Handler {
 	if s := opts.Fault.Status; s != 0 && (s < 400 || s > 599) {
 		panic(fmt.Sprintf("fake: Options.Fault.Status %d outside 400-599", s))
 	}
-	return &anthropicHandler{opts: opts}
+	return &anthropicHandler{opts: opts, cache: newPromptCache(opts.PromptCache)}
 }
 
 type anthropicHandler struct {
-	opts Options
+	opts  Options
+	cache *promptCache // nil: no prompt caching
 }
 
 // anthropicError is an error answered in Anthropic's shape.
@@ -118,7 +119,18 @@ func (h *anthropicHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	f, ferr := parseFault(h.opts.Fault, r)
-	if sleep(r.Context(), h.opts.ServiceTime+f.delay) != nil {
+	// With prompt caching, the prefix up to a breakpoint seen before is
+	// read from the cache, and the prompt answers sooner.
+	var points []cachePoint
+	var cache anthropicCacheUse
+	serviceTime := h.opts.ServiceTime
+	if h.cache != nil && r.Method == http.MethodPost {
+		if points = h.cache.anthropicPoints(body); len(points) > 0 {
+			cache.read, cache.creation = h.cache.explicit(points)
+			serviceTime = h.cache.serviceTime(serviceTime, cache.read, points[len(points)-1].tokens)
+		}
+	}
+	if sleep(r.Context(), serviceTime+f.delay) != nil {
 		return
 	}
 	if ferr != nil {
@@ -162,12 +174,29 @@ func (h *anthropicHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rep := generate(req, body, f.chunks)
 	out := anthropicOutcome(req, body, f.chunks, rep)
+	if len(points) > 0 {
+		h.cache.storeExplicit(points)
+	}
+	use := cache.usage(rep)
 	w.Header().Set("request-id", "req_"+rep.id[len("chatcmpl-"):])
 	if req.Stream {
-		h.stream(w, r, req, rep, out, f.cutAfter)
+		h.stream(w, r, req, rep, out, f.cutAfter, use)
 		return
 	}
-	writeAnthropicMessage(w, req, rep, out)
+	writeAnthropicMessage(w, req, rep, out, use)
+}
+
+// anthropicCacheUse is what a request read from and wrote to the prompt
+// cache, in tokens.
+type anthropicCacheUse struct{ read, creation int }
+
+// usage splits rep's prompt tokens as Anthropic reports them: input_tokens
+// are the tokens after the last cache breakpoint, apart from the cache's.
+func (c anthropicCacheUse) usage(rep *reply) anthropicUsage {
+	read := min(c.read, rep.promptTokens)
+	creation := min(c.creation, rep.promptTokens-read)
+	return anthropicUsage{InputTokens: rep.promptTokens - read - creation,
+		CacheReadInputTokens: read, CacheCreationInputTokens: creation, OutputTokens: rep.completionTokens}
 }
 
 // Request wire types. Blocks are decoded into one struct for all types;
@@ -635,12 +664,12 @@ func anthropicContent(c *choice) []anthropicOutBlock {
 	return []anthropicOutBlock{}
 }
 
-func writeAnthropicMessage(w http.ResponseWriter, req *chatRequest, rep *reply, out anthropicResult) {
+func writeAnthropicMessage(w http.ResponseWriter, req *chatRequest, rep *reply, out anthropicResult, use anthropicUsage) {
 	b, err := json.Marshal(anthropicResponse{
 		ID: anthropicMessageID(rep), Type: "message", Role: "assistant", Model: req.Model,
 		Content:    anthropicContent(&rep.choices[0]),
 		StopReason: &out.stopReason, StopSequence: out.stopSequence,
-		Usage: anthropicUsage{InputTokens: rep.promptTokens, OutputTokens: rep.completionTokens},
+		Usage: use,
 	})
 	if err != nil { // cannot happen: plain structs
 		panic(err)
@@ -681,7 +710,7 @@ type anthropicStopDelta struct {
 // message_delta, message_stop, each flushed as its own event. A reply with
 // no content has no block. cutAfter >= 0 aborts the connection after that
 // many events, as in the OpenAI fake.
-func (h *anthropicHandler) stream(w http.ResponseWriter, r *http.Request, req *chatRequest, rep *reply, out anthropicResult, cutAfter int) {
+func (h *anthropicHandler) stream(w http.ResponseWriter, r *http.Request, req *chatRequest, rep *reply, out anthropicResult, cutAfter int, use anthropicUsage) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	w.Header().Set("content-type", "text/event-stream; charset=utf-8")
@@ -723,7 +752,8 @@ func (h *anthropicHandler) stream(w http.ResponseWriter, r *http.Request, req *c
 		Content: []anthropicOutBlock{},
 		// As the real API does, message_start counts one output token so
 		// far; message_delta carries the total.
-		Usage: anthropicUsage{InputTokens: rep.promptTokens, OutputTokens: 1},
+		Usage: anthropicUsage{InputTokens: use.InputTokens, CacheReadInputTokens: use.CacheReadInputTokens,
+			CacheCreationInputTokens: use.CacheCreationInputTokens, OutputTokens: 1},
 	}
 	if !send(&anthropicEvent{Type: "message_start", Message: start}) {
 		return

@@ -27,6 +27,29 @@
 // (with its leading space), a finish_reason chunk per choice, an optional usage
 // chunk, then [DONE].
 //
+// Prompt caching (Options.PromptCache, off by default) models the vendors'
+// prompt caches, per fake instance, in a bounded LRU of prefix hashes
+// (CacheOptions.Entries). Prefixes end at message boundaries (OpenAI) or
+// content blocks (Anthropic) and are counted in the fake's tokens; only
+// prefixes of at least CacheOptions.MinTokens (default 1024) are cached,
+// and only requests that are answered store theirs. Deterministic: the same
+// requests in the same order get the same usage.
+//
+//   - OpenAI caches automatically: a prompt whose longest prefix (the model,
+//     the tools, then messages) was seen reports that prefix's tokens as
+//     usage.prompt_tokens_details.cached_tokens (reported, 0 or more, on
+//     every reply while caching is on).
+//   - Anthropic caches only at cache_control breakpoints (in its order:
+//     tools, system, messages; a block is compared without its
+//     cache_control): a breakpoint reads the longest prefix cached at it or
+//     up to 20 blocks before it (cache_read_input_tokens), and the prompt up
+//     to the last cacheable breakpoint beyond that is written
+//     (cache_creation_input_tokens, on the first request that marks it).
+//     input_tokens is the rest. A request without breakpoints caches nothing.
+//
+// A cached share s of the prompt's tokens shortens the wait before the first
+// byte from ServiceTime to ServiceTime + s*(CachedServiceTime-ServiceTime).
+//
 // Faults and load shapes are injected per request with the x-fake-* headers
 // (see HeaderStatus and friends) or for every request with Options.Fault; the
 // headers win.

@@ -25,11 +25,12 @@ func NewOpenAI(opts Options) http.Handler {
 	if s := opts.Fault.Status; s != 0 && (s < 400 || s > 599) {
 		panic(fmt.Sprintf("fake: Options.Fault.Status %d outside 400-599", s))
 	}
-	return &openAI{opts: opts}
+	return &openAI{opts: opts, cache: newPromptCache(opts.PromptCache)}
 }
 
 type openAI struct {
-	opts Options
+	opts  Options
+	cache *promptCache // nil: no prompt caching
 }
 
 func (h *openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -45,10 +46,21 @@ func (h *openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	f, ferr := parseFault(h.opts.Fault, r)
+	// With prompt caching, a prompt whose prefix was seen answers sooner.
+	var points []cachePoint
+	cached := 0
+	serviceTime := h.opts.ServiceTime
+	if h.cache != nil && r.Method == http.MethodPost && !isEmbeddingsPath(r.URL.Path) {
+		if req, aerr := parseChatRequest(body); aerr == nil {
+			points = h.cache.openAIPoints(req, body)
+			cached = h.cache.automatic(points)
+			serviceTime = h.cache.serviceTime(serviceTime, cached, points[len(points)-1].tokens)
+		}
+	}
 	// The wait comes before any answer so that it covers every response,
 	// errors included: timeouts in front of the fake must fire whatever it
 	// would say.
-	if sleep(r.Context(), h.opts.ServiceTime+f.delay) != nil {
+	if sleep(r.Context(), serviceTime+f.delay) != nil {
 		return // the client is gone; nobody to answer
 	}
 	if ferr != nil {
@@ -87,6 +99,10 @@ func (h *openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	rep := generate(req, body, f.chunks)
+	if points != nil {
+		h.cache.storeAutomatic(points)
+		rep.cacheOn, rep.cachedTokens = true, cached
+	}
 	w.Header().Set("x-request-id", "req_"+rep.id[len("chatcmpl-"):])
 	if req.Stream {
 		h.stream(w, r, req, rep, f.cutAfter)

@@ -45,6 +45,10 @@ type reply struct {
 	choices          []choice
 	promptTokens     int
 	completionTokens int
+	// cachedTokens of the prompt came from the prompt cache; cacheOn says
+	// the fake caches (and so reports prompt_tokens_details).
+	cachedTokens int
+	cacheOn      bool
 }
 
 // generate builds the deterministic reply to req. body is the raw request,

@@ -53,13 +53,23 @@ type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails is reported when the fake caches prompts.
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // systemFingerprint marks responses as coming from the fake.
 const systemFingerprint = "fp_switchyard_fake"
 
 func (r *reply) usage() usage {
-	return usage{r.promptTokens, r.completionTokens, r.promptTokens + r.completionTokens}
+	u := usage{PromptTokens: r.promptTokens, CompletionTokens: r.completionTokens, TotalTokens: r.promptTokens + r.completionTokens}
+	if r.cacheOn {
+		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: r.cachedTokens}
+	}
+	return u
 }
 
 func writeCompletion(w http.ResponseWriter, req *chatRequest, rep *reply) {

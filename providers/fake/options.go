@@ -22,6 +22,29 @@ type Options struct {
 	// Fault is applied to every request; the zero value injects nothing.
 	// Each x-fake-* request header overrides the matching field.
 	Fault Fault
+	// PromptCache models the vendor's prompt caching (OpenAI and Anthropic
+	// fakes; see the package documentation). The zero value leaves it off,
+	// and replies as they always were.
+	PromptCache CacheOptions
+}
+
+// CacheOptions configures a fake's prompt cache.
+type CacheOptions struct {
+	// Enabled turns the cache on.
+	Enabled bool
+	// MinTokens is the shortest prefix cached, in the fake's tokens
+	// (words); 0 means 1024, as OpenAI and most Anthropic models.
+	MinTokens int
+	// Entries bounds the prefixes remembered (least recently used go
+	// first); 0 means 4096.
+	Entries int
+	// CachedServiceTime is the delay before the first byte of a reply
+	// whose whole prompt was cached, instead of ServiceTime: a partly
+	// cached prompt waits ServiceTime moved towards it in proportion to
+	// the cached share of its tokens (prefill dominates time to first
+	// byte). Zero answers a fully cached prompt at once. Fault delays come
+	// on top, unchanged.
+	CachedServiceTime time.Duration
 }
 
 // Fault describes an injected failure.
