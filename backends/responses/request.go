@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/jsonquote"
 )
 
 // createRequest is a validated POST /v1/responses body. Large values (input
@@ -838,59 +838,8 @@ func appendPart(b []byte, param string, p gjson.Result, assistant bool) ([]byte,
 	}
 }
 
-// appendString appends s as a JSON string, escaping as encoding/json does
-// except for HTML characters, which need no escaping in an API body.
-// Invalid UTF-8 becomes U+FFFD.
-func appendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < 0x80 {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == '\uFFFD' && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		// U+2028 and U+2029 are valid JSON but break JavaScript that evals
-		// it; encoding/json escapes them, and so do we.
-		if r == '\u2028' || r == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
+// appendString appends s as a JSON string literal (jsonquote.Append).
+func appendString(dst []byte, s string) []byte { return jsonquote.Append(dst, s) }
 
 // messageText joins the text parts of a normalized message's content.
 func messageText(content gjson.Result) string {

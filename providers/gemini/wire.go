@@ -3,8 +3,9 @@ package gemini
 import (
 	"net/url"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
+
+	"github.com/switchyard-ai/switchyard/jsonquote"
 )
 
 // Header is one request header to set on the upstream request.
@@ -65,52 +66,8 @@ func inner(raw string) string {
 	return raw[1 : len(raw)-1]
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s as a JSON string literal.
-func appendString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				dst = append(dst, s[start:i]...)
-				dst = append(dst, `\ufffd`...)
-				i++
-				start = i
-				continue
-			}
-			i += size
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		dst = appendEscape(dst, c)
-		i++
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
-
-func appendEscape(dst []byte, c byte) []byte {
-	switch c {
-	case '"', '\\':
-		return append(dst, '\\', c)
-	case '\n':
-		return append(dst, '\\', 'n')
-	case '\r':
-		return append(dst, '\\', 'r')
-	case '\t':
-		return append(dst, '\\', 't')
-	}
-	return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-}
+// appendString appends s as a JSON string literal (jsonquote.Append).
+func appendString(dst []byte, s string) []byte { return jsonquote.Append(dst, s) }
 
 // appendCompactString appends the JSON text raw, with the whitespace between
 // its tokens removed, as a JSON string literal: Gemini sends function
@@ -139,7 +96,7 @@ func appendCompactString(dst []byte, raw string) []byte {
 			}
 		}
 		if c == '"' || c == '\\' || c < 0x20 {
-			dst = appendEscape(dst, c)
+			dst = jsonquote.AppendEscape(dst, c)
 			continue
 		}
 		dst = append(dst, c)

@@ -7,20 +7,6 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-func TestAppendString(t *testing.T) {
-	for _, s := range []string{"", "plain", `quo"te`, `back\slash`, "nl\n tab\t cr\r bell\x07 nul\x00", "é ☃ 😀", "\u2028"} {
-		out := appendString(nil, s)
-		var back string
-		if err := json.Unmarshal(out, &back); err != nil || back != s {
-			t.Errorf("%q: encoded %s, decoded %q, %v", s, out, back, err)
-		}
-	}
-	// Invalid UTF-8 becomes U+FFFD rather than invalid JSON.
-	if out := appendString(nil, "a\xffb"); string(out) != `"a\ufffdb"` {
-		t.Errorf("invalid UTF-8: %s", out)
-	}
-}
-
 func TestAppendCompactString(t *testing.T) {
 	for _, raw := range []string{
 		`{}`,
