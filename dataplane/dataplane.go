@@ -18,6 +18,8 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchyard-ai/switchyard/metrics"
 )
 
 // Options configure a DataPlane.
@@ -34,6 +36,9 @@ type Options struct {
 	// OnRateLimitError, if not nil, is told about every ratelimit filter
 	// call that failed (ratelimit.go), for metrics.
 	OnRateLimitError func(error)
+	// Metrics, if not nil, records every finished request (the Go data
+	// plane's performance monitoring; Envoy exports its own statistics).
+	Metrics *metrics.Requests
 	// Region is the data plane's home region, which it announces in its
 	// xDS node's locality (Node): the control plane serves each region the
 	// snapshot whose failover order starts in that region. Empty: no

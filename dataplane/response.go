@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -282,6 +283,7 @@ func (s *requestState) writeHeaders(h headerMap) {
 	}
 	s.status = status
 	s.wroteHeader = true
+	s.headersAt = time.Now()
 	s.w.WriteHeader(status)
 }
 

@@ -41,6 +41,8 @@ type requestState struct {
 	r     *http.Request
 	start time.Time
 	end   time.Time // when the handler finished
+	// headersAt is when the response headers went downstream.
+	headersAt time.Time
 
 	headers    headerMap
 	body       io.Reader // the request body, bounded by the stream idle timeout
@@ -167,6 +169,7 @@ func (s *requestState) finish() {
 		defer d.streamDone.Done()
 		s.rateLimitStreamDone()
 		s.logAccess()
+		s.observe()
 	}()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -35,6 +36,18 @@ type Component struct {
 	Addr    net.Addr
 	ready   func() bool
 	closers []func()
+	// metrics, when set, writes the component's metrics in the Prometheus
+	// text format (WriteMetrics).
+	metrics func(io.Writer) error
+}
+
+// WriteMetrics writes the component's metrics (extproc: rate-limiting
+// outcomes) in the Prometheus text format; nothing for components without.
+func (c *Component) WriteMetrics(w io.Writer) error {
+	if c.metrics == nil {
+		return nil
+	}
+	return c.metrics(w)
 }
 
 // Ready reports whether the component can serve: the control plane once it
@@ -149,7 +162,9 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	go cache.Watch(runCtx, 0, func(err error) {
 		log.Warn("key database poll failed; key cache dropped", "component", "keys", "error", err)
 	})
-	eo := extproc.Options{Keys: cache, Metrics: ratelimit.NewMetrics(), InternalToken: opts.InternalToken,
+	m := ratelimit.NewMetrics()
+	c.metrics = m.WritePrometheus
+	eo := extproc.Options{Keys: cache, Metrics: m, InternalToken: opts.InternalToken,
 		Logger: log.With("component", "extproc")}
 	if opts.RateLimit != "" {
 		rls, err := grpc.NewClient("passthrough:///"+opts.RateLimit, grpc.WithTransportCredentials(insecure.NewCredentials()))

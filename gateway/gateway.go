@@ -35,6 +35,7 @@ import (
 	"github.com/switchyard-ai/switchyard/dataplane"
 	"github.com/switchyard-ai/switchyard/extproc"
 	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/metrics"
 	"github.com/switchyard-ai/switchyard/providers/fake"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
@@ -103,6 +104,8 @@ type Gateway struct {
 	// RateLimit is the embedded rate limit service; nil with RateLimitAddr.
 	RateLimit *ratelimit.Server
 	Metrics   *ratelimit.Metrics
+	// Requests are the data plane's request metrics (admin /metrics).
+	Requests  *metrics.Requests
 	listener  config.Listener
 	xdsAddr   string
 	rlsAddr   string
@@ -161,6 +164,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		keyLog.Warn("key database poll failed; key cache dropped", "error", err)
 	})
 	g.Metrics = ratelimit.NewMetrics()
+	g.Requests = metrics.NewRequests()
 
 	token := opts.InternalToken
 	if token == "" {
@@ -259,7 +263,8 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		OnRateLimitError: func(error) {
 			g.Metrics.ChargeErrors.Inc("dataplane")
 		},
-		Region: region,
+		Metrics: g.Requests,
+		Region:  region,
 	}
 	if opts.ListenOverride != "" {
 		dpOpts.ListenOverride = map[string]string{g.listener.Name: opts.ListenOverride}
@@ -320,6 +325,9 @@ func startAdmin(g *Gateway, opts Options) error {
 		Config:  g.Control.Config,
 		Routing: g.Control,
 		Metrics: func(w io.Writer) error {
+			if err := g.Requests.WritePrometheus(w); err != nil {
+				return err
+			}
 			return g.Metrics.WritePrometheus(w)
 		},
 		// This process sees its own changes at once; others at their next

@@ -126,7 +126,9 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 
 // serveUntilDone serves the health endpoint, if asked, until ctx ends:
 // GET /healthz answers 200 once the component is ready and 503 before, so
-// orchestrators send traffic only to a component that can serve it.
+// orchestrators send traffic only to a component that can serve it, and
+// GET /metrics the component's metrics (Prometheus text; extproc's
+// rate-limiting outcomes; with Envoy, request metrics are Envoy's own).
 func serveUntilDone(ctx context.Context, c *gateway.Component, what, health string, stdout io.Writer) error {
 	if health != "" {
 		lis, err := net.Listen("tcp", health)
@@ -140,6 +142,10 @@ func serveUntilDone(ctx context.Context, c *gateway.Component, what, health stri
 				return
 			}
 			_, _ = io.WriteString(w, "ok\n")
+		})
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("content-type", "text/plain; version=0.0.4")
+			_ = c.WriteMetrics(w)
 		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,6 +108,16 @@ func TestControlPlaneAndExtProcSubcommands(t *testing.T) {
 	fi, err := os.Stat(sock)
 	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
 		t.Errorf("extproc socket: %v %v", fi.Mode(), err)
+	}
+	// extproc's metrics are served beside its health endpoint.
+	if resp, err := http.Get("http://" + epHealth + "/metrics"); err != nil {
+		t.Error(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "# TYPE switchyard_ratelimit_limited_total counter") {
+			t.Errorf("extproc /metrics: %d %s", resp.StatusCode, b)
+		}
 	}
 	cancel()
 	for range 2 {
