@@ -488,7 +488,7 @@ func (s *requestState) upstreamResponsePhases(ctx context.Context, p *processor,
 	}
 	switch p.mode.respBody {
 	case extprocfilterv3.ProcessingMode_BUFFERED, extprocfilterv3.ProcessingMode_BUFFERED_PARTIAL:
-		b, over, err := readUpTo(out.reader(), s.lis.bufferLimit, 0)
+		b, over, err := readUpTo(out.reader(), s.lis.bufferLimit, out.headers.contentLength())
 		if err != nil {
 			out.close()
 			return nil, err

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -89,6 +90,15 @@ func (h *headerMap) del(key string) {
 }
 
 func (h headerMap) clone() headerMap { return append(headerMap(nil), h...) }
+
+// contentLength is the declared content-length, 0 when absent or invalid.
+func (h headerMap) contentLength() int64 {
+	n, err := strconv.ParseInt(h.value("content-length"), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
 
 // proto renders the map for ext_proc: values go in raw_value, as Envoy sends
 // them (the string value field is left empty). The messages and the values

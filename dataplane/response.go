@@ -102,7 +102,7 @@ func (s *requestState) encode(resp *response) {
 func (s *requestState) encodeBuffered(p *processor, resp *response, headersSent, partial bool) {
 	limit := s.lis.bufferLimit
 	src := resp.reader()
-	buf, over, err := readUpTo(src, limit, 0)
+	buf, over, err := readUpTo(src, limit, resp.headers.contentLength())
 	if err != nil {
 		s.upstreamBodyFailed()
 		return

@@ -561,11 +561,15 @@ func streamTimeout() *apierror.Error {
 }
 
 // readUpTo reads r until EOF or until more than limit bytes were read; over
-// reports the latter, with limit+1 bytes in the result.
+// reports the latter, with limit+1 bytes in the result. sizeHint is the
+// declared length, if any.
 func readUpTo(r io.Reader, limit, sizeHint int64) ([]byte, bool, error) {
 	var buf bytes.Buffer
 	if sizeHint > 0 && sizeHint <= limit {
-		buf.Grow(int(sizeHint))
+		// ReadFrom wants MinRead bytes free before each read, the one that
+		// finds EOF included: without them a body of exactly the declared
+		// length would be copied into a buffer twice its size.
+		buf.Grow(int(sizeHint) + bytes.MinRead)
 	}
 	n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
 	if err != nil {
