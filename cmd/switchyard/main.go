@@ -57,6 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return flag.ErrHelp
 	}
 	switch args[0] {
+	case "run", "extproc", "backends":
+		tuneGC()
+	}
+	switch args[0] {
 	case "run":
 		return cmdRun(ctx, args[1:], stdout, stderr)
 	case "validate":
