@@ -97,8 +97,7 @@ func (s *Service) checkCodeInterpreter(req *createRequest) *apierror.Error {
 // under the same bounds as web search (steps left, max_tool_calls, which
 // counts every built-in tool call).
 func (r *run) codeOffer(step int) bool {
-	return r.req.codeInterpreter != nil && step < r.s.maxSteps &&
-		(r.req.maxToolCalls == 0 || r.searches < r.req.maxToolCalls)
+	return r.req.codeInterpreter != nil && step < r.s.maxSteps && r.toolBudget()
 }
 
 // isCodeCall says whether a model's call to name is the service's to run.

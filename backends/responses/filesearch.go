@@ -160,8 +160,7 @@ func (s *Service) checkFileSearch(ctx context.Context, owner string, req *create
 // fileSearchOffer says whether step offers the model the file_search
 // function: under the same bounds as the other built-in tools.
 func (r *run) fileSearchOffer(step int) bool {
-	return r.req.fileSearch != nil && step < r.s.maxSteps &&
-		(r.req.maxToolCalls == 0 || r.searches < r.req.maxToolCalls)
+	return r.req.fileSearch != nil && step < r.s.maxSteps && r.toolBudget()
 }
 
 // isFileSearchCall says whether a model's call to name is the service's to

@@ -278,10 +278,20 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 		ru.conv.addInstructions(req.instructions)
 	}
 	if req.previousID != "" {
-		chain, err := s.store.chain(ctx, owner, req.previousID, now)
+		chain, err := s.store.chain(ctx, owner, req.previousID, now, maxChain, maxChainBytes)
 		if errors.Is(err, errNotFound) {
 			(&apierror.Error{Status: http.StatusBadRequest, Code: "previous_response_not_found", Param: "previous_response_id",
 				Message: "Previous response with id '" + req.previousID + "' not found."}).Write(w)
+			return
+		}
+		if errors.Is(err, errChainTooLong) {
+			apierror.InvalidParam("previous_response_id", "The conversation ending with response '%s' has more than %d responses, "+
+				"more than this gateway replays. Start a new conversation, sending the items you need as input.", req.previousID, maxChain).Write(w)
+			return
+		}
+		if errors.Is(err, errChainTooLarge) {
+			apierror.InvalidParam("previous_response_id", "The conversation ending with response '%s' holds more than %d bytes of items, "+
+				"more than this gateway replays. Start a new conversation, sending the items you need as input.", req.previousID, maxChainBytes).Write(w)
 			return
 		}
 		if err != nil {
@@ -491,9 +501,16 @@ func (s *Service) inputItems(w http.ResponseWriter, r *http.Request, owner, id s
 		apierror.InvalidParam("order", "Invalid value: '%s'. Supported values are: 'asc' and 'desc'.", order).Write(w)
 		return
 	}
-	chain, err := s.store.chain(r.Context(), owner, id, s.now())
+	// A response's own chain is one longer than the history it was
+	// created from, and its bytes were bounded then (maxChainBytes, plus
+	// its own request and output).
+	chain, err := s.store.chain(r.Context(), owner, id, s.now(), maxChain+1, 0)
 	if errors.Is(err, errNotFound) {
 		notFound(id).Write(w)
+		return
+	}
+	if errors.Is(err, errChainTooLong) {
+		apierror.InvalidParam("response_id", "The conversation ending with response '%s' has more than %d responses; its input items cannot be listed.", id, maxChain+1).Write(w)
 		return
 	}
 	if err != nil {

@@ -167,8 +167,7 @@ func (r *run) emitItem(typ string, index int, item []byte) {
 // (completed or incomplete), otherwise the error that ended it.
 func (r *run) execute(ctx context.Context) error {
 	for step := 1; ; step++ {
-		offerSearch := r.req.webSearch != nil && step < r.s.maxSteps &&
-			(r.req.maxToolCalls == 0 || r.searches < r.req.maxToolCalls)
+		offerSearch := r.req.webSearch != nil && step < r.s.maxSteps && r.toolBudget()
 		var maxTokens int64
 		if r.req.maxOutputTokens > 0 {
 			// The limit covers the whole response, every step included.
@@ -219,6 +218,13 @@ func (r *run) execute(ctx context.Context) error {
 		}
 		r.conv.addAssistantCalls(r.stepText.String(), r.hidden)
 		for _, c := range r.hidden {
+			// A model may make many calls at once in one step: each one
+			// counts against the bound, and those past it are answered
+			// without being run (every call needs its tool message).
+			if !r.toolBudget() {
+				r.conv.addToolResult(c.callID, toolLimitResult)
+				continue
+			}
 			runTool := r.runSearch
 			if r.isCodeCall(c.name) {
 				runTool = r.runCode
@@ -231,6 +237,19 @@ func (r *run) execute(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// maxBuiltinCalls bounds the built-in tool calls (web search, code, file
+// search) one response runs, whatever max_tool_calls says: each may take
+// seconds of sandbox time or a paid search.
+const maxBuiltinCalls = 16
+
+// toolLimitResult answers a built-in tool call past the bound.
+const toolLimitResult = "Not run: this response reached its limit of tool calls. Answer with what you have."
+
+// toolBudget reports whether another built-in tool call may run.
+func (r *run) toolBudget() bool {
+	return r.searches < maxBuiltinCalls && (r.req.maxToolCalls == 0 || r.searches < r.req.maxToolCalls)
 }
 
 func (r *run) setIncomplete(reason string) {

@@ -15,9 +15,26 @@ const (
 	// dbFile is the Responses service's own database inside the data
 	// directory: its writes never wait on the files or batches stores.
 	dbFile = "responses.db"
-	// maxChain bounds how many responses a previous_response_id chain is
-	// walked through, so a pathological chain cannot pin a request.
+)
+
+// Bounds of a conversation replayed through previous_response_id: every
+// turn loads the whole chain into memory and re-sends it to the model, so
+// a chain past either is refused with a 400 rather than silently cut
+// (which would drop the conversation's start) or loaded whatever its size.
+// Variables for the tests.
+var (
+	// maxChain bounds how many responses a chain may hold.
 	maxChain = 1000
+	// maxChainBytes bounds the stored input and output items of a chain
+	// together: what one create request may carry.
+	maxChainBytes int64 = maxRequestBody
+)
+
+// errChainTooLong and errChainTooLarge: the chain is past maxChain
+// responses or maxChainBytes bytes.
+var (
+	errChainTooLong  = errors.New("responses: conversation too long")
+	errChainTooLarge = errors.New("responses: conversation too large")
 )
 
 // errNotFound is a response id that is absent, expired, deleted or another
@@ -120,8 +137,35 @@ func (s *store) delete(ctx context.Context, owner, id string, now time.Time) err
 // ancestors through previous_response_id, oldest first, each with its input
 // and output items. The walk stops at an ancestor that is gone (deleted or
 // expired): that part of the history no longer exists. errNotFound when id
-// itself is not owner's live response.
-func (s *store) chain(ctx context.Context, owner, id string, now time.Time) ([]stored, error) {
+// itself is not owner's live response; errChainTooLong or errChainTooLarge
+// when the chain is past maxLen responses or, maxBytes > 0, past maxBytes
+// bytes of items: the sizes are checked before any item is read.
+func (s *store) chain(ctx context.Context, owner, id string, now time.Time, maxLen int, maxBytes int64) ([]stored, error) {
+	const walk = `
+		WITH RECURSIVE chain(id, previous_id, size, depth) AS (
+			SELECT id, previous_id, length(input) + length(output), 0 FROM responses
+			 WHERE id = ? AND owner = ? AND expires_at > ?
+			UNION ALL
+			SELECT r.id, r.previous_id, length(r.input) + length(r.output), c.depth + 1
+			  FROM responses r JOIN chain c ON r.id = c.previous_id
+			 WHERE r.owner = ? AND r.expires_at > ? AND c.depth < ?
+		)`
+	// depth < maxLen stops the walk at maxLen+1 responses: one more than
+	// allowed says the chain is too long, and a cycle (impossible with
+	// generated ids) would end there too.
+	var n, size int64
+	if err := s.db.QueryRowContext(ctx, walk+`SELECT COUNT(*), COALESCE(SUM(size), 0) FROM chain`,
+		id, owner, now.Unix(), owner, now.Unix(), maxLen).Scan(&n, &size); err != nil {
+		return nil, fmt.Errorf("responses: chain of %s: %w", id, err)
+	}
+	switch {
+	case n == 0:
+		return nil, errNotFound
+	case n > int64(maxLen):
+		return nil, errChainTooLong
+	case maxBytes > 0 && size > maxBytes:
+		return nil, errChainTooLarge
+	}
 	rows, err := s.db.QueryContext(ctx, `
 		WITH RECURSIVE chain(id, previous_id, input, output, depth) AS (
 			SELECT id, previous_id, input, output, 0 FROM responses
@@ -132,7 +176,7 @@ func (s *store) chain(ctx context.Context, owner, id string, now time.Time) ([]s
 			 WHERE r.owner = ? AND r.expires_at > ? AND c.depth < ?
 		)
 		SELECT id, previous_id, input, output FROM chain ORDER BY depth DESC`,
-		id, owner, now.Unix(), owner, now.Unix(), maxChain)
+		id, owner, now.Unix(), owner, now.Unix(), maxLen-1)
 	if err != nil {
 		return nil, fmt.Errorf("responses: chain of %s: %w", id, err)
 	}

@@ -71,12 +71,21 @@ type errStreamError struct{ msg string }
 
 func (e *errStreamError) Error() string { return "responses: error in the model stream" }
 
+// maxStreamBytes bounds one streamed chat completion, as maxUpstreamBody
+// bounds one read whole: an upstream that never ends must not grow the
+// response's text without limit. A variable for the tests.
+var maxStreamBytes int64 = maxUpstreamBody
+
+// errStreamTooLong ends a model stream past maxStreamBytes.
+var errStreamTooLong = &errStreamError{msg: "The model's answer exceeded the size this gateway accepts."}
+
 // readStream reads the gateway's chat completion stream, turning its
 // chunks into items and events as they arrive.
 func (r *run) readStream(ctx context.Context, body io.Reader) error {
 	var sp sse.Splitter
 	buf := make([]byte, 32<<10)
 	done := false
+	var total int64
 	onEvent := func(ev sse.Event) error {
 		if done {
 			return nil
@@ -93,6 +102,10 @@ func (r *run) readStream(ctx context.Context, body io.Reader) error {
 			if err := sp.Feed(buf[:n], false, onEvent); err != nil {
 				return err
 			}
+		}
+		if total += int64(n); total > maxStreamBytes && !done {
+			r.s.log.Warn("responses: model stream too long", "response", r.obj.ID, "bytes", total)
+			return errStreamTooLong
 		}
 		if r.ev != nil && r.ev.err != nil {
 			return errClientGone
