@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -56,6 +57,9 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 	}
 	if opts.Token == "" {
 		return nil, fmt.Errorf("gateway: backends: the internal token (%s) is not set", InternalTokenEnv)
+	}
+	if u, err := url.Parse(opts.GatewayURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("gateway: backends: the gateway URL %q must be an http or https URL ending in /v1", opts.GatewayURL)
 	}
 	c := &Component{}
 	defer func() {
@@ -122,7 +126,11 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 	c.closers = append(c.closers, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if srv.Shutdown(sctx) != nil {
+			// Handlers still running (a slow upload) must end before the
+			// stores close under them.
+			_ = srv.Close()
+		}
 	})
 	return c, nil
 }

@@ -7,9 +7,12 @@
 // The runner streams the input file twice: once to validate it (the set of
 // custom_ids, hashed, is the only per-line state kept) and once to send each
 // line's body, byte for byte, through the gateway on behalf of the owner
-// (origin batch), with a per-batch and a global concurrency limit. It
-// resumes after a restart from the spool files, so a line whose result was
-// written is never sent again. docs/backends-design.md is the contract:
+// (origin batch), with a per-batch and a global concurrency limit. It reads
+// the input through a snapshot in the spool directory (a hard link to the
+// blob, made when the batch is first read), so a batch that has started is
+// not affected by its input file being deleted or expiring. It resumes after
+// a restart from the spool files, so a line whose result was written is
+// never sent again. docs/backends-design.md is the contract:
 // limits, errors, lifecycle and the output line shape.
 package batches
 
@@ -81,7 +84,7 @@ type Options struct {
 	// flight at once (default 256), so a few large batches cannot open an
 	// unbounded number of connections to the gateway.
 	GlobalConcurrency int
-	// MaxInFlightBytes bounds the request bodies held in memory by lines in
+	// MaxInFlightBytes bounds the request bodies and custom_ids held in memory by lines in
 	// flight, across all batches (default 256 MiB). Lines are small in the
 	// common case and concurrency bounds them; this bounds the case of
 	// lines of several megabytes each.

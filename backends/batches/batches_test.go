@@ -124,9 +124,9 @@ func TestAuthAndRoutes(t *testing.T) {
 	}{
 		{"no caller", "", http.MethodGet, "/v1/batches", 401, "invalid_api_key", ""},
 		{"no caller create", "", http.MethodPost, "/v1/batches", 401, "invalid_api_key", ""},
-		{"delete collection", "alice", http.MethodDelete, "/v1/batches", 405, "method_not_allowed", "GET, POST"},
-		{"post to a batch", "alice", http.MethodPost, "/v1/batches/batch_x", 405, "method_not_allowed", "GET"},
-		{"delete a batch", "alice", http.MethodDelete, "/v1/batches/batch_x", 405, "method_not_allowed", "GET"},
+		{"delete collection", "alice", http.MethodDelete, "/v1/batches", 405, "method_not_allowed", "GET, HEAD, POST"},
+		{"post to a batch", "alice", http.MethodPost, "/v1/batches/batch_x", 405, "method_not_allowed", "GET, HEAD"},
+		{"delete a batch", "alice", http.MethodDelete, "/v1/batches/batch_x", 405, "method_not_allowed", "GET, HEAD"},
 		{"get cancel", "alice", http.MethodGet, "/v1/batches/batch_x/cancel", 405, "method_not_allowed", "POST"},
 		{"unknown action", "alice", http.MethodPost, "/v1/batches/batch_x/retry", 404, "unknown_url", ""},
 		{"unknown sibling", "alice", http.MethodGet, "/v1/batchesx", 404, "unknown_url", ""},

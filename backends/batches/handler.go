@@ -62,10 +62,10 @@ func (s *Service) Handler() http.Handler {
 			switch r.Method {
 			case http.MethodPost:
 				s.create(w, r, c.Owner)
-			case http.MethodGet:
+			case http.MethodGet, http.MethodHead:
 				s.list(w, r, c.Owner)
 			default:
-				methodNotAllowed(w, r, "GET, POST")
+				methodNotAllowed(w, r, "GET, HEAD, POST")
 			}
 		default:
 			id, action, _ := strings.Cut(rest[1:], "/")
@@ -73,8 +73,8 @@ func (s *Service) Handler() http.Handler {
 			case rest[0] != '/' || id == "":
 				apierror.NotFound(r.URL.Path).Write(w)
 			case action == "":
-				if r.Method != http.MethodGet {
-					methodNotAllowed(w, r, http.MethodGet)
+				if r.Method != http.MethodGet && r.Method != http.MethodHead {
+					methodNotAllowed(w, r, "GET, HEAD")
 					return
 				}
 				s.get(w, r, c.Owner, id)

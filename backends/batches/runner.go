@@ -196,7 +196,7 @@ func (s *Service) validateBatch(ctx context.Context, j *job, b batch) error {
 		_, err := s.store.transition(ctx, b.ID, []string{statusValidating}, statusExpired, s.opts.Now())
 		return err
 	}
-	_, in, err := s.files.Open(ctx, b.Owner, b.InputFileID)
+	in, err := s.openInput(ctx, b)
 	if errors.Is(err, files.ErrNotFound) {
 		return s.inputGone(ctx, b)
 	}
@@ -360,7 +360,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
 		return err
 	}
 	defer sp.close()
-	_, in, err := s.files.Open(ctx, b.Owner, b.InputFileID)
+	in, err := s.openInput(ctx, b)
 	if errors.Is(err, files.ErrNotFound) {
 		sp.close()
 		return s.inputGone(ctx, b)
@@ -401,7 +401,9 @@ func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
 			r.stop(haltExpired)
 		}
 		body := gjson.GetBytes(line, "body").Raw
-		units, ok := r.acquire(ctx, len(body))
+		// The line in flight holds its custom_id as well as its body (the
+		// custom_id is not bounded but by the line's length).
+		units, ok := r.acquire(ctx, len(body)+len(cid.Raw))
 		if !ok {
 			break
 		}
@@ -425,10 +427,12 @@ func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
 		return r.writeErr
 	case r.why == haltCancelled:
 		return nil // the status is cancelling; advance finishes it
-	case r.why == haltExpired:
+	case r.why == haltExpired && !r.allDone():
 		sp.close()
 		return s.expire(ctx, b)
 	}
+	// Every line has a result (the window may have ended while the last ones
+	// were in flight): the batch completes.
 	_, err = s.store.transition(ctx, b.ID, []string{statusInProgress}, statusFinalizing, s.opts.Now(), countSets(r.snapshot())...)
 	return err
 }
@@ -454,7 +458,7 @@ func (s *Service) writeExpired(ctx context.Context, b batch, dir string) error {
 	if int64(len(st.done)) >= b.Counts.Total {
 		return nil
 	}
-	_, in, err := s.files.Open(ctx, b.Owner, b.InputFileID)
+	in, err := s.openInput(ctx, b)
 	if errors.Is(err, files.ErrNotFound) {
 		return nil // nothing to name the missing lines by; finish with what there is
 	}
@@ -570,6 +574,12 @@ func (r *run) tick(ctx context.Context, j *job, done <-chan struct{}, stopped ch
 	}
 }
 
+// allDone reports whether every line of the batch has a result.
+func (r *run) allDone() bool {
+	c := r.snapshot()
+	return c.Completed+c.Failed >= c.Total
+}
+
 func (r *run) snapshot() counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -635,7 +645,10 @@ func (r *run) send(ctx context.Context, l pending) {
 		if ctx.Err() != nil {
 			return
 		}
-		retry := err != nil || status == http.StatusTooManyRequests || status >= 500
+		// An answer too large to record is the same answer next time, and
+		// each attempt is a model call the owner pays for: not retried.
+		retry := !errors.Is(err, errResponseTooLarge) &&
+			(err != nil || status == http.StatusTooManyRequests || status >= 500)
 		if retry && attempt < opts.MaxRetries && r.backoff(ctx, attempt, retryAfter) {
 			continue
 		}

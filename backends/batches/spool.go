@@ -1,6 +1,7 @@
 package batches
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -206,3 +207,80 @@ func (sp *spool) close() {
 }
 
 var errSpoolClosed = errors.New("spool closed")
+
+// spoolInput is the batch's own copy of its input file, made when it is
+// first read: a hard link to the files store's blob (a copy where a link is
+// impossible). From then on the batch reads only this, so deleting or
+// expiring the input file cannot fail a batch after a restart or leave lines
+// unsent; the copy goes with the spool directory when the batch ends.
+const spoolInput = "input.jsonl"
+
+// openInput returns batch b's input: its snapshot in the spool directory,
+// made now from the files store if there is none yet. It is an error
+// wrapping files.ErrNotFound when there is no snapshot and the input file is
+// gone.
+func (s *Service) openInput(ctx context.Context, b batch) (*os.File, error) {
+	dir := filepath.Join(s.spoolDir, b.ID)
+	dst := filepath.Join(dir, spoolInput)
+	f, err := os.Open(dst)
+	if err == nil {
+		return f, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open input snapshot: %w", err)
+	}
+	_, in, err := s.files.Open(ctx, b.Owner, b.InputFileID)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("input snapshot: %w", err)
+	}
+	// A link is free and atomic. It fails across file systems, or when the
+	// blob was deleted since it was opened: then copy from the open handle,
+	// which still reads the whole content.
+	if err := os.Link(in.Name(), dst); err != nil {
+		if err := copyInput(in, dst); err != nil {
+			return nil, err
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, fmt.Errorf("input snapshot: %w", err)
+	}
+	return os.Open(dst)
+}
+
+// copyInput copies in to dst through a temporary file, fsynced before it is
+// renamed into place, so dst is always whole.
+func copyInput(in *os.File, dst string) error {
+	tmp := dst + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("input snapshot: %w", err)
+	}
+	_, err = io.Copy(out, io.NewSectionReader(in, 0, 1<<62))
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, dst)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("input snapshot: %w", err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"strconv"
@@ -48,12 +49,12 @@ func (s *Store) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 	case rest == "" || rest == "/":
 		switch r.Method {
-		case http.MethodGet:
+		case http.MethodGet, http.MethodHead:
 			s.serveList(w, r, c.Owner)
 		case http.MethodPost:
 			s.serveUpload(w, r, c.Owner)
 		default:
-			methodNotAllowed(w, r, "GET, POST")
+			methodNotAllowed(w, r, "GET, HEAD, POST")
 		}
 		return
 	case rest[0] == '/':
@@ -64,17 +65,17 @@ func (s *Store) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case !nested:
 			switch r.Method {
-			case http.MethodGet:
+			case http.MethodGet, http.MethodHead:
 				s.serveGet(w, r, c.Owner, id)
 			case http.MethodDelete:
 				s.serveDelete(w, r, c.Owner, id)
 			default:
-				methodNotAllowed(w, r, "GET, DELETE")
+				methodNotAllowed(w, r, "GET, HEAD, DELETE")
 			}
 			return
 		case sub == "content":
-			if r.Method != http.MethodGet {
-				methodNotAllowed(w, r, "GET")
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				methodNotAllowed(w, r, "GET, HEAD")
 				return
 			}
 			s.serveContent(w, r, c.Owner, id)
@@ -394,7 +395,17 @@ func (s *Store) serveContent(w http.ResponseWriter, r *http.Request, owner, id s
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set("Content-Length", strconv.FormatInt(f.Bytes, 10))
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// The filename is the client's, and may hold quotes, semicolons or
+	// control characters: FormatMediaType quotes it, or percent-encodes it
+	// as filename* (RFC 2231), so it can never end the header or add a
+	// parameter.
+	if cd := mime.FormatMediaType("attachment", map[string]string{"filename": f.Filename}); cd != "" {
+		w.Header().Set("Content-Disposition", cd)
+	}
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return // the headers say it all; do not read the blob to discard it
+	}
 	if _, err := io.Copy(w, fh); err != nil {
 		// Headers are gone; the client sees a short body. Usually it left.
 		s.log.Info("files: content download interrupted", "id", id, "owner", owner, "err", err)

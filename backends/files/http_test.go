@@ -505,9 +505,9 @@ func TestRouting(t *testing.T) {
 		code, param, allow  string
 	}{
 		{http.MethodGet, "/v1/files", "", 401, "invalid_api_key", "", ""},
-		{http.MethodPut, "/v1/files", "o", 405, "method_not_allowed", "", "GET, POST"},
-		{http.MethodPatch, "/v1/files/" + id, "o", 405, "method_not_allowed", "", "GET, DELETE"},
-		{http.MethodPost, "/v1/files/" + id + "/content", "o", 405, "method_not_allowed", "", "GET"},
+		{http.MethodPut, "/v1/files", "o", 405, "method_not_allowed", "", "GET, HEAD, POST"},
+		{http.MethodPatch, "/v1/files/" + id, "o", 405, "method_not_allowed", "", "GET, HEAD, DELETE"},
+		{http.MethodPost, "/v1/files/" + id + "/content", "o", 405, "method_not_allowed", "", "GET, HEAD"},
 		{http.MethodGet, "/v1/files/" + id + "/other", "o", 404, "unknown_url", "", ""},
 		{http.MethodGet, "/v1/files/" + id + "/", "o", 404, "unknown_url", "", ""},
 		{http.MethodGet, "/v1/files//content", "o", 404, "unknown_url", "", ""},
