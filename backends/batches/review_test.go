@@ -49,8 +49,15 @@ func TestInputDeletedMidRunSurvivesRestart(t *testing.T) {
 			t.Errorf("req-%d has %d results", i, c)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(e.dir, "batches", id)); !os.IsNotExist(err) {
-		t.Errorf("spool directory (and its input snapshot) left behind: %v", err)
+	// The spool goes just after the batch turns terminal.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, err := os.Stat(filepath.Join(e.dir, "batches", id))
+		if os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spool directory (and its input snapshot) left behind: %v", err)
+		}
 	}
 }
 
