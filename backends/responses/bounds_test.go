@@ -29,14 +29,12 @@ func TestChainTooLong(t *testing.T) {
 	setChainLimits(t, 3, 1<<20)
 	e := newEnv(t, envOptions{})
 	prev := ""
-	var ids []string
 	for i := range 4 { // r0 starts it; r3's history is r0..r2, three responses
 		body := `{"model":"m","input":"turn ` + string(rune('a'+i)) + `"`
 		if prev != "" {
 			body += `,"previous_response_id":"` + prev + `"`
 		}
 		prev = e.create("alice", body+`}`).Get("id").Str
-		ids = append(ids, prev)
 	}
 	calls := e.rec.count()
 	status, body := e.do("alice", http.MethodPost, "/v1/responses", `{"model":"m","input":"more","previous_response_id":"`+prev+`"}`)
