@@ -3,9 +3,11 @@
 // service time, the latency Switchyard adds over a direct call side by side
 // with nginx (the floor for any proxy) and the Portkey gateway (a peer);
 // streaming time to first byte and gaps between chunks; the hot-path
-// microbenchmarks; the gateway's peak RSS; and, once the gateway serves
-// /v1/batches, a 50,000-line batch. It writes docs/benchmarks.md and an SVG
-// plot of added latency.
+// microbenchmarks; the gateway's peak RSS; once the gateway serves
+// /v1/batches, a 50,000-line batch; and multi-turn conversations against
+// two fakes with prompt caches, with and without cache affinity
+// (promptcache.go). It writes docs/benchmarks.md and an SVG plot of added
+// latency.
 //
 // It installs what it needs (nginx from Debian, the Portkey gateway from npm
 // into a cache directory) and reports a reference that could not run rather
@@ -80,7 +82,7 @@ func main() {
 	flag.BoolVar(&o.skipMicro, "skip-micro", false, "skip the go test microbenchmarks")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs, profiles)")
 	systemsFlag := flag.String("systems", "nginx,portkey,switchyard", "the systems to measure besides direct (a quick probe: switchyard)")
-	phasesFlag := flag.String("phases", "latency,streaming,profiles,memory,batch", "the phases to run besides the microbenchmarks (-skip-micro)")
+	phasesFlag := flag.String("phases", "latency,streaming,profiles,memory,batch,promptcache", "the phases to run besides the microbenchmarks (-skip-micro)")
 	flag.Parse()
 	o.systems, o.phases = listFlag(*systemsFlag), listFlag(*phasesFlag)
 	for _, f := range strings.Split(concFlag, ",") {
@@ -282,6 +284,11 @@ func benchmark(ctx context.Context, o *options) error {
 		}
 	} else {
 		r.batch = batchResult{Skip: "not run: switchyard did not run"}
+	}
+	if o.phases["promptcache"] {
+		// Its own fakes and switchyard, after the others have stopped
+		// loading the machine.
+		r.promptCache = runPromptCache(ctx, o, tmp)
 	}
 	stopAll()
 	if ctx.Err() != nil {

@@ -105,6 +105,7 @@ type report struct {
 	microFailures    []string
 	microProfile     string
 	syConfig         string
+	promptCache      *promptCacheResult // nil: left out with -phases
 }
 
 var gateways = []string{"nginx", "portkey", "switchyard"}
@@ -197,6 +198,7 @@ func (r *report) write() error {
 	r.writeMicro(w)
 	r.writeBatch(w)
 	r.writeMemory(w)
+	r.writePromptCache(w)
 	r.writeTargets(w)
 	r.writeProfiles(w)
 
@@ -634,6 +636,7 @@ func (r *report) writeTargets(w func(string, ...any)) {
 		mb := float64(r.batch.PeakRSSKiB) * 1024 / 1e6
 		w("- peak RSS ≤ 256 MB: %s — %.1f MB\n", verdict(mb <= 256), mb)
 	}
+	r.writePromptCacheTarget(w)
 	w("\n")
 }
 

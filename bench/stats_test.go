@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The only test of the benchmark harness: make test must not run benchmarks.
+// Tests of the benchmark harness (make test must not run benchmarks).
 
 func TestPercentile(t *testing.T) {
 	var hundred []time.Duration

@@ -19,10 +19,21 @@ func cmdFake(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	keyEnv := fs.String("api-key-env", "", "environment variable holding the credential the fake requires (none if empty)")
 	serviceTime := fs.Duration("service-time", 0, "fixed delay before the first byte of every response")
 	chunkDelay := fs.Duration("chunk-delay", 0, "pause between streamed events")
+	var cache fake.CacheOptions
+	fs.BoolVar(&cache.Enabled, "prompt-cache", false, "model the vendor's prompt cache (openai and anthropic): cached tokens in usage, a faster first byte")
+	fs.IntVar(&cache.MinTokens, "prompt-cache-min-tokens", 0, "shortest prefix cached, in the fake's tokens (words); 0: 1024")
+	fs.IntVar(&cache.Entries, "prompt-cache-entries", 0, "prefixes remembered, least recently used first out; 0: 4096")
+	fs.DurationVar(&cache.CachedServiceTime, "cached-service-time", 0, "delay before the first byte of a reply whose whole prompt was cached (instead of -service-time; a partly cached prompt waits in proportion)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	opts := fake.Options{ServiceTime: *serviceTime, ChunkDelay: *chunkDelay}
+	if !cache.Enabled && (cache.MinTokens != 0 || cache.Entries != 0 || cache.CachedServiceTime != 0) {
+		return fmt.Errorf("fake: -prompt-cache-min-tokens, -prompt-cache-entries and -cached-service-time need -prompt-cache")
+	}
+	if cache.MinTokens < 0 || cache.Entries < 0 || cache.CachedServiceTime < 0 {
+		return fmt.Errorf("fake: prompt cache settings must not be negative")
+	}
+	opts := fake.Options{ServiceTime: *serviceTime, ChunkDelay: *chunkDelay, PromptCache: cache}
 	if *keyEnv != "" {
 		opts.APIKey = os.Getenv(*keyEnv)
 	}
@@ -35,7 +46,11 @@ func cmdFake(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *kind == fake.KindOpenAI {
 		base += "/v1"
 	}
-	fmt.Fprintf(stdout, "fake %s upstream at %s\n", *kind, base)
+	if cache.Enabled {
+		fmt.Fprintf(stdout, "fake %s upstream at %s (prompt cache on)\n", *kind, base)
+	} else {
+		fmt.Fprintf(stdout, "fake %s upstream at %s\n", *kind, base)
+	}
 	<-ctx.Done()
 	return nil
 }
