@@ -87,7 +87,11 @@ type Options struct {
 	// MaxInFlightBytes bounds the request bodies and custom_ids held in memory by lines in
 	// flight, across all batches (default 256 MiB). Lines are small in the
 	// common case and concurrency bounds them; this bounds the case of
-	// lines of several megabytes each.
+	// lines of several megabytes each. A second budget of the same size
+	// bounds the answers over 64 KiB being read and recorded, each counted
+	// twice (the answer and its output line) at its Content-Length, or at
+	// MaxResponseBytes while its length is unknown. Answers up to 64 KiB
+	// are bounded by GlobalConcurrency instead.
 	MaxInFlightBytes int64
 	// MaxLines is the most request lines an input file may have (default
 	// DefaultMaxLines).
@@ -178,9 +182,11 @@ type Service struct {
 	spoolDir string
 
 	// global bounds lines in flight across batches (GlobalConcurrency);
-	// bytes bounds their bodies (MaxInFlightBytes).
-	global chan struct{}
-	bytes  *byteBudget
+	// bytes bounds their bodies (MaxInFlightBytes), answers their large
+	// answers (the same size).
+	global  chan struct{}
+	bytes   *byteBudget
+	answers *byteBudget
 
 	mu sync.Mutex
 	// runCtx is Run's context while Run is active, nil otherwise: a batch
@@ -215,6 +221,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		spoolDir: spool,
 		global:   make(chan struct{}, opts.GlobalConcurrency),
 		bytes:    newByteBudget(opts.MaxInFlightBytes),
+		answers:  newByteBudget(opts.MaxInFlightBytes),
 		jobs:     map[string]*job{},
 	}, nil
 }

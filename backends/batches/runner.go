@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -641,18 +642,25 @@ func (r *run) send(ctx context.Context, l pending) {
 	defer r.release(l)
 	opts := &r.s.opts
 	for attempt := 0; ; attempt++ {
-		status, reqID, body, retryAfter, err := r.attempt(ctx, l)
+		a, err := r.attempt(ctx, l)
 		if ctx.Err() != nil {
+			r.s.freeAnswer(&a)
 			return
 		}
 		// An answer too large to record is the same answer next time, and
 		// each attempt is a model call the owner pays for: not retried.
 		retry := !errors.Is(err, errResponseTooLarge) &&
-			(err != nil || status == http.StatusTooManyRequests || status >= 500)
-		if retry && attempt < opts.MaxRetries && r.backoff(ctx, attempt, retryAfter) {
-			continue
+			(err != nil || a.status == http.StatusTooManyRequests || a.status >= 500)
+		if retry && attempt < opts.MaxRetries {
+			// The answer is kept (and counted) through the backoff: if the
+			// run halts meanwhile, it is the outcome recorded.
+			if r.backoff(ctx, attempt, a.retryAfter) {
+				r.s.freeAnswer(&a)
+				continue
+			}
 		}
 		if ctx.Err() != nil {
+			r.s.freeAnswer(&a)
 			return
 		}
 		switch {
@@ -664,35 +672,157 @@ func (r *run) send(ctx context.Context, l pending) {
 			_ = r.record(r.sp.errs, errorLine(l.customID, "request_failed",
 				fmt.Sprintf("The request could not be completed: the gateway did not answer after %d attempts.", attempt+1)), nil)
 		default:
-			r.recordResponse(l, status, reqID, body)
+			r.recordResponse(l, &a)
 		}
+		r.s.freeAnswer(&a)
 		return
 	}
 }
 
 var errResponseTooLarge = errors.New("response too large")
 
+// Answers in memory. An answer of at most smallAnswer bytes is read into a
+// pooled buffer and its output line built in another: the concurrency
+// limits bound these (GlobalConcurrency × 2 × smallAnswer, 32 MiB by
+// default) and the common path allocates no buffer per line. A larger
+// answer first reserves room in the answers budget (MaxInFlightBytes) for
+// itself and for its output line (the answer's Content-Length, or
+// MaxResponseBytes when the length is not announced), and gives back what
+// it did not use once read. Reserving all at once, and never waiting for
+// the budget while holding part of it, means two answers cannot each wait
+// for room the other holds.
+const (
+	smallAnswer = 64 << 10
+	// lineOverhead is the room an output line needs besides its custom_id
+	// and body: the envelope, ids and status.
+	lineOverhead = 512
+)
+
+// bufPool holds smallAnswer-sized buffers: answers being read and output
+// lines being built.
+var bufPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, smallAnswer)
+	return &b
+}}
+
+// answer is a gateway answer read whole.
+type answer struct {
+	status     int
+	reqID      string
+	retryAfter time.Duration
+	body       []byte
+	pooled     *[]byte // body's buffer, from bufPool
+	units      int     // of the answers budget
+}
+
+// freeAnswer gives back a's buffer and budget.
+func (s *Service) freeAnswer(a *answer) {
+	if a.pooled != nil {
+		*a.pooled = a.body[:0]
+		bufPool.Put(a.pooled)
+	}
+	s.answers.release(a.units)
+	*a = answer{}
+}
+
 // attempt sends the line once and reads the whole answer.
-func (r *run) attempt(ctx context.Context, l pending) (status int, reqID string, body []byte, retryAfter time.Duration, err error) {
+func (r *run) attempt(ctx context.Context, l pending) (a answer, err error) {
 	actx, cancel := context.WithTimeout(ctx, r.s.opts.RequestTimeout)
 	defer cancel()
 	resp, err := r.s.gw.Do(actx, r.b.Owner, caller.OriginBatch, http.MethodPost, r.b.Endpoint, strings.NewReader(l.body))
 	if err != nil {
-		return 0, "", nil, 0, err
+		return a, err
 	}
 	defer resp.Body.Close()
+	a.status = resp.StatusCode
 	limit := r.s.opts.MaxResponseBytes
-	body, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return 0, "", nil, 0, fmt.Errorf("read answer: %w", err)
+	if resp.ContentLength > limit {
+		return a, errResponseTooLarge
 	}
-	if int64(len(body)) > limit {
-		return resp.StatusCode, "", nil, 0, errResponseTooLarge
+	eof := false
+	if resp.ContentLength <= smallAnswer { // including -1, not announced
+		bp := bufPool.Get().(*[]byte)
+		a.body, a.pooled = (*bp)[:0], bp
+		a.body, eof, err = readAnswer(resp.Body, a.body, smallAnswer)
+	}
+	if err == nil && !eof {
+		err = r.readLarge(actx, resp, l, &a)
+	}
+	if err == nil && int64(len(a.body)) > limit {
+		err = errResponseTooLarge
+	}
+	if err != nil {
+		status := a.status
+		r.s.freeAnswer(&a)
+		if !errors.Is(err, errResponseTooLarge) {
+			err = fmt.Errorf("read answer: %w", err)
+		}
+		a.status = status
+		return a, err
 	}
 	if s, err := strconv.Atoi(resp.Header.Get("retry-after")); err == nil && s > 0 {
-		retryAfter = min(time.Duration(s)*time.Second, maxRetryAfter)
+		a.retryAfter = min(time.Duration(s)*time.Second, maxRetryAfter)
 	}
-	return resp.StatusCode, resp.Header.Get("x-request-id"), body, retryAfter, nil
+	a.reqID = resp.Header.Get("x-request-id")
+	return a, nil
+}
+
+// readLarge reads the rest of an answer longer than smallAnswer (a.body
+// holds what was read so far), after reserving room for it and its output
+// line in the answers budget.
+func (r *run) readLarge(ctx context.Context, resp *http.Response, l pending, a *answer) error {
+	limit := r.s.opts.MaxResponseBytes
+	size := limit + 1 // one byte over the limit tells a too-large answer
+	if resp.ContentLength >= 0 {
+		size = resp.ContentLength + 1 // and one more byte to see the end
+	}
+	units, ok := r.s.answers.acquire(ctx, nil, int(2*size)+len(l.customID)+lineOverhead)
+	if !ok {
+		return fmt.Errorf("waiting for memory for a large answer: %w", context.Cause(ctx))
+	}
+	a.units = units
+	size0 := size // known length: read into a buffer of that size
+	if resp.ContentLength < 0 {
+		size0 = min(size, int64(max(2*smallAnswer, len(a.body)))) // grown by doubling
+	}
+	body := make([]byte, len(a.body), size0)
+	copy(body, a.body)
+	if a.pooled != nil {
+		*a.pooled = a.body[:0]
+		bufPool.Put(a.pooled)
+		a.pooled = nil
+	}
+	body, _, err := readAnswer(resp.Body, body, int(limit)+1)
+	a.body = body
+	if err != nil {
+		return err
+	}
+	// Keep room for what was read and its output line only.
+	keep := r.s.answers.unitsFor(cap(body) + len(body) + len(l.customID) + lineOverhead)
+	if keep < a.units {
+		r.s.answers.release(a.units - keep)
+		a.units = keep
+	}
+	return nil
+}
+
+// readAnswer appends rd's bytes to buf until EOF (eof true) or until buf
+// holds limit bytes, growing buf by doubling up to limit.
+func readAnswer(rd io.Reader, buf []byte, limit int) ([]byte, bool, error) {
+	for len(buf) < limit {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(max(cap(buf), 512), limit-len(buf)))
+		}
+		n, err := rd.Read(buf[len(buf):min(cap(buf), limit)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, true, nil
+		}
+		if err != nil {
+			return buf, false, err
+		}
+	}
+	return buf, false, nil
 }
 
 // backoff waits before retry attempt+1: RetryBackoff doubled per attempt,
@@ -712,41 +842,63 @@ func (r *run) backoff(ctx context.Context, attempt int, retryAfter time.Duration
 	}
 }
 
+// notJSONObject replaces an answer that is not a JSON object.
+const notJSONObject = `{"error":{"message":"The gateway answered with a body that is not a JSON object.","type":"server_error","param":null,"code":"invalid_response"}}`
+
 // recordResponse records the gateway's answer: a 2xx in the output file, any
 // other status in the error file, with the body as the gateway sent it
 // (compacted onto one line). A body that is not a JSON object (a proxy's
-// HTML error page, say) is replaced by an error object saying so.
-func (r *run) recordResponse(l pending, status int, reqID string, body []byte) {
-	var compact bytes.Buffer
-	compact.Grow(len(body))
-	if err := json.Compact(&compact, body); err != nil || compact.Len() == 0 || compact.Bytes()[0] != '{' {
-		compact.Reset()
-		compact.WriteString(`{"error":{"message":"The gateway answered with a body that is not a JSON object.","type":"server_error","param":null,"code":"invalid_response"}}`)
-		if status/100 == 2 {
-			status = http.StatusBadGateway
-		}
-	}
+// HTML error page, say) is replaced by an error object saying so. The line
+// is built in one buffer, the body compacted straight into it: a pooled
+// buffer for a small answer, one sized to the answer (and counted with it
+// in the answers budget) for a large one.
+func (r *run) recordResponse(l pending, a *answer) {
+	status, reqID := a.status, a.reqID
 	if reqID == "" {
 		reqID = newID("req_")
 	}
-	line := make([]byte, 0, compact.Len()+len(l.customID)+160)
-	line = append(line, `{"id":"`...)
-	line = append(line, newID("batch_req_")...)
-	line = append(line, `","custom_id":`...)
-	line = append(line, l.customID...)
-	line = append(line, `,"response":{"status_code":`...)
-	line = strconv.AppendInt(line, int64(status), 10)
-	line = append(line, `,"request_id":`...)
-	line = appendJSONString(line, reqID)
-	line = append(line, `,"body":`...)
-	line = append(line, compact.Bytes()...)
-	line = append(line, "},\"error\":null}\n"...)
+	need := len(a.body) + len(l.customID) + len(reqID) + lineOverhead
+	var line *bytes.Buffer
+	if need <= smallAnswer {
+		bp := bufPool.Get().(*[]byte)
+		line = bytes.NewBuffer((*bp)[:0])
+		defer func() {
+			*bp = line.Bytes()[:0]
+			bufPool.Put(bp)
+		}()
+	} else {
+		line = bytes.NewBuffer(make([]byte, 0, need))
+	}
+	head := func(status int) int {
+		line.WriteString(`{"id":"`)
+		line.WriteString(newID("batch_req_"))
+		line.WriteString(`","custom_id":`)
+		line.WriteString(l.customID)
+		line.WriteString(`,"response":{"status_code":`)
+		line.Write(strconv.AppendInt(line.AvailableBuffer(), int64(status), 10))
+		line.WriteString(`,"request_id":`)
+		line.Write(appendJSONString(line.AvailableBuffer(), reqID))
+		line.WriteString(`,"body":`)
+		return line.Len()
+	}
+	bodyAt := head(status)
+	// Compact writes nothing unless the whole body is valid JSON.
+	if err := json.Compact(line, a.body); err != nil || line.Len() == bodyAt || line.Bytes()[bodyAt] != '{' {
+		if status/100 == 2 {
+			status = http.StatusBadGateway
+		}
+		line.Reset()
+		bodyAt = head(status)
+		line.WriteString(notJSONObject)
+	}
+	bodyEnd := line.Len()
+	line.WriteString("},\"error\":null}\n")
 	if status/100 == 2 {
-		u := gjson.GetBytes(compact.Bytes(), "usage")
-		_ = r.record(r.sp.out, line, &u)
+		u := gjson.GetBytes(line.Bytes()[bodyAt:bodyEnd], "usage")
+		_ = r.record(r.sp.out, line.Bytes(), &u)
 		return
 	}
-	_ = r.record(r.sp.errs, line, nil)
+	_ = r.record(r.sp.errs, line.Bytes(), nil)
 }
 
 // errorLine is the result of a line that got no answer: response null and an
@@ -766,8 +918,25 @@ func errorLine(customIDRaw, code, message string) []byte {
 }
 
 func appendJSONString(dst []byte, s string) []byte {
+	if !needsEscape(s) {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
 	b, _ := json.Marshal(s) // a string always marshals
 	return append(dst, b...)
+}
+
+// needsEscape reports whether s is not plain printable ASCII that JSON (and
+// json.Marshal, which also escapes <, > and &) writes as is.
+func needsEscape(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return true
+		}
+	}
+	return false
 }
 
 // byteBudget bounds the bytes of request bodies in flight, in units of
@@ -780,6 +949,12 @@ type byteBudget struct {
 
 const budgetUnit = 64 << 10
 
+// unitsFor is how many units n bytes take (a line larger than the whole
+// budget takes all of it).
+func (b *byteBudget) unitsFor(n int) int {
+	return min(max((n+budgetUnit-1)/budgetUnit, 1), cap(b.tokens))
+}
+
 func newByteBudget(limit int64) *byteBudget {
 	n := max(limit/budgetUnit, 1)
 	return &byteBudget{lock: make(chan struct{}, 1), tokens: make(chan struct{}, n)}
@@ -788,7 +963,7 @@ func newByteBudget(limit int64) *byteBudget {
 // acquire takes room for n bytes (a line larger than the whole budget takes
 // all of it); it fails if halt closes or ctx ends first.
 func (b *byteBudget) acquire(ctx context.Context, halt <-chan struct{}, n int) (int, bool) {
-	units := min(max((n+budgetUnit-1)/budgetUnit, 1), cap(b.tokens))
+	units := b.unitsFor(n)
 	select {
 	case b.lock <- struct{}{}:
 	case <-halt:

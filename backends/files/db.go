@@ -32,4 +32,14 @@ var migrations = []string{
 	) STRICT;
 	CREATE INDEX files_owner_created ON files (owner, created_at, id);
 	CREATE INDEX files_expires ON files (expires_at) WHERE expires_at IS NOT NULL;`,
+	// 2: tombstones of deleted and swept files, kept for CursorRetention so
+	// a list cursor naming one still resolves (List alone reads them). The
+	// primary key serves cursor resolution, the gone_at index the sweeper.
+	`CREATE TABLE file_tombstones (
+		id         TEXT PRIMARY KEY,
+		owner      TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		gone_at    INTEGER NOT NULL
+	) STRICT;
+	CREATE INDEX file_tombstones_gone ON file_tombstones (gone_at);`,
 }

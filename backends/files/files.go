@@ -9,7 +9,10 @@
 // once the blob is complete on disk (streamed to a ".part" file, fsynced and
 // renamed into place), and a delete removes the row before the blob, so a
 // visible row always has its whole content and a crash leaves at worst an
-// unreferenced blob, which Open removes. Content never passes through memory
+// unreferenced blob, which Open removes. A deleted or swept file leaves a
+// tombstone (id, owner, created_at) that only List reads, so the file still
+// works as an after cursor for CursorRetention; the sweeper removes it then.
+// Content never passes through memory
 // as a whole: uploads and downloads are copied with a fixed-size buffer.
 //
 // One Store owns a data directory: Open cleans up what a crashed process
@@ -57,6 +60,11 @@ const (
 	MaxExpiresAfter = 30 * 24 * time.Hour
 	// MaxListLimit is the largest (and default) page size of List.
 	MaxListLimit = 10000
+	// CursorRetention is how long a deleted or swept file still works as
+	// List's after cursor (it is invisible everywhere else at once), so a
+	// client that lists a page, deletes each file and then asks for the
+	// next page gets it.
+	CursorRetention = 24 * time.Hour
 
 	defaultSweepInterval = 5 * time.Minute
 	maxFilenameBytes     = 1024
@@ -434,18 +442,30 @@ func (s *Store) Delete(ctx context.Context, owner, id string) error {
 	if !wellFormedID(id) {
 		return fmt.Errorf("files: delete %q: %w", id, ErrNotFound)
 	}
-	res, err := s.db.ExecContext(ctx,
-		`DELETE FROM files WHERE id = ? AND owner = ? AND (expires_at IS NULL OR expires_at > ?)`,
-		id, owner, s.now().UnixNano())
+	now := s.now().UnixNano()
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("files: delete %s: %w", id, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("files: delete %s: %w", id, err)
-	}
-	if n == 0 {
+	defer tx.Rollback()
+	var created int64
+	err = tx.QueryRowContext(ctx,
+		`DELETE FROM files WHERE id = ? AND owner = ? AND (expires_at IS NULL OR expires_at > ?) RETURNING created_at`,
+		id, owner, now).Scan(&created)
+	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("files: delete %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("files: delete %s: %w", id, err)
+	}
+	// The tombstone keeps the file's place in listings for cursors.
+	if _, err := tx.ExecContext(ctx,
+		`INSERT OR REPLACE INTO file_tombstones (id, owner, created_at, gone_at) VALUES (?, ?, ?, ?)`,
+		id, owner, created, now); err != nil {
+		return fmt.Errorf("files: delete %s: %w", id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("files: delete %s: %w", id, err)
 	}
 	// The row is gone, so the file is deleted whatever happens to the blob;
 	// a blob left behind is removed by the next Open.
@@ -504,16 +524,18 @@ func (s *Store) List(ctx context.Context, owner string, q ListQuery) ([]File, bo
 	if q.After != "" {
 		// Keyset pagination on (created_at, id): stable while files are
 		// added or deleted between pages, unlike an offset.
-		after, err := s.Get(ctx, owner, q.After)
+		// The cursor may name a file deleted or expired since the previous
+		// page (CursorRetention); another owner's id is as unknown as one
+		// that never existed.
+		c, err := s.cursor(ctx, owner, q.After)
 		if errors.Is(err, ErrNotFound) {
 			return nil, false, invalidf("after", "No such File object: %s", q.After)
 		}
 		if err != nil {
 			return nil, false, err
 		}
-		c := after.CreatedAt.UnixNano()
 		where += ` AND (created_at ` + cmp + ` ? OR (created_at = ? AND id ` + cmp + ` ?))`
-		args = append(args, c, c, after.ID)
+		args = append(args, c, c, q.After)
 	}
 	args = append(args, q.Limit+1)
 	rows, err := s.db.QueryContext(ctx, `SELECT `+fileColumns+` FROM files WHERE `+where+
@@ -540,6 +562,29 @@ func (s *Store) List(ctx context.Context, owner string, q ListQuery) ([]File, bo
 	return out, more, nil
 }
 
+// cursor returns the created_at of owner's file id for List's after: a live
+// file, one expired but not yet swept, or the tombstone of one deleted or
+// swept within CursorRetention. Anything else wraps ErrNotFound.
+func (s *Store) cursor(ctx context.Context, owner, id string) (int64, error) {
+	if !wellFormedID(id) {
+		return 0, fmt.Errorf("files: cursor %q: %w", id, ErrNotFound)
+	}
+	var created int64
+	err := s.db.QueryRowContext(ctx,
+		`SELECT created_at FROM files WHERE id = ? AND owner = ?
+		 UNION ALL
+		 SELECT created_at FROM file_tombstones WHERE id = ? AND owner = ? AND gone_at > ?
+		 LIMIT 1`,
+		id, owner, id, owner, s.now().Add(-CursorRetention).UnixNano()).Scan(&created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("files: cursor %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("files: cursor %s: %w", id, err)
+	}
+	return created, nil
+}
+
 // sweepBatch bounds how many rows one sweep transaction deletes, so a large
 // backlog never holds the write lock long enough to stall uploads.
 const sweepBatch = 500
@@ -558,29 +603,66 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		}
 		total += len(ids)
 		if len(ids) < sweepBatch {
+			break
+		}
+	}
+	// Tombstones past CursorRetention, in batches as well.
+	for {
+		res, err := s.db.ExecContext(ctx,
+			`DELETE FROM file_tombstones WHERE id IN (
+				SELECT id FROM file_tombstones WHERE gone_at <= ? LIMIT ?
+			)`, now.Add(-CursorRetention).UnixNano(), sweepBatch)
+		if err != nil {
+			return total, fmt.Errorf("files: sweep tombstones: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n < sweepBatch {
 			return total, nil
 		}
 	}
 }
 
+// sweepRows deletes up to sweepBatch expired rows, leaving tombstones for
+// cursors, and returns their ids.
 func (s *Store) sweepRows(ctx context.Context, now time.Time) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`DELETE FROM files WHERE id IN (
-			SELECT id FROM files WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?
-		) RETURNING id`, now.UnixNano(), sweepBatch)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("files: sweep: %w", err)
 	}
-	defer rows.Close()
-	var ids []string
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx,
+		`DELETE FROM files WHERE id IN (
+			SELECT id FROM files WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?
+		) RETURNING id, owner, created_at`, now.UnixNano(), sweepBatch)
+	if err != nil {
+		return nil, fmt.Errorf("files: sweep: %w", err)
+	}
+	type gone struct {
+		id, owner string
+		created   int64
+	}
+	var swept []gone
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var g gone
+		if err := rows.Scan(&g.id, &g.owner, &g.created); err != nil {
+			rows.Close()
 			return nil, fmt.Errorf("files: sweep: %w", err)
 		}
-		ids = append(ids, id)
+		swept = append(swept, g)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("files: sweep: %w", err)
+	}
+	ids := make([]string, 0, len(swept))
+	for _, g := range swept {
+		if _, err := tx.ExecContext(ctx,
+			`INSERT OR REPLACE INTO file_tombstones (id, owner, created_at, gone_at) VALUES (?, ?, ?, ?)`,
+			g.id, g.owner, g.created, now.UnixNano()); err != nil {
+			return nil, fmt.Errorf("files: sweep: %w", err)
+		}
+		ids = append(ids, g.id)
+	}
+	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("files: sweep: %w", err)
 	}
 	return ids, nil

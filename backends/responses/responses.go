@@ -75,7 +75,17 @@ type Options struct {
 	MaxSteps int
 	// SweepInterval is how often expired responses are deleted; 0: an hour.
 	SweepInterval time.Duration
+	// StepTimeout bounds each step's chat completion, from sending the
+	// request to the end of the answer, so an upstream that stays alive
+	// without finishing (an SSE stream of keepalive comments) cannot hold a
+	// response forever; 0: DefaultStepTimeout. Past it the response fails:
+	// 504 upstream_timeout before anything was streamed, response.failed
+	// after.
+	StepTimeout time.Duration
 }
+
+// DefaultStepTimeout is the default Options.StepTimeout.
+const DefaultStepTimeout = 10 * time.Minute
 
 // Retention is how long a stored response is kept.
 const Retention = 30 * 24 * time.Hour
@@ -86,14 +96,15 @@ const maxRequestBody = 64 << 20
 
 // Service serves /v1/responses.
 type Service struct {
-	gw       Gateway
-	search   Searcher
-	code     CodeRunner
-	files    FileSearcher
-	store    *store
-	now      func() time.Time
-	log      *slog.Logger
-	maxSteps int
+	gw          Gateway
+	search      Searcher
+	code        CodeRunner
+	files       FileSearcher
+	store       *store
+	now         func() time.Time
+	log         *slog.Logger
+	maxSteps    int
+	stepTimeout time.Duration
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -119,6 +130,10 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	}
 	if s.maxSteps <= 0 {
 		s.maxSteps = 5
+	}
+	s.stepTimeout = opts.StepTimeout
+	if s.stepTimeout <= 0 {
+		s.stepTimeout = DefaultStepTimeout
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {

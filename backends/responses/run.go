@@ -179,25 +179,7 @@ func (r *run) execute(ctx context.Context) error {
 		}
 		r.offerCode = r.codeOffer(step)
 		r.offerFiles = r.fileSearchOffer(step)
-		resp, err := r.post(ctx, r.chatBody(offerSearch, maxTokens))
-		if err != nil {
-			return err
-		}
-		if r.ev != nil && !r.ev.started {
-			// Headers go out only once the gateway accepted the first
-			// request, so its refusals (rate limits, bad requests) reach
-			// the client as HTTP errors, as OpenAI's do.
-			r.ev.start()
-			r.emitResponse("response.created")
-			r.emitResponse("response.in_progress")
-		}
-		r.beginStep(offerSearch || r.offerCode || r.offerFiles)
-		if r.req.stream && strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
-			err = r.readStream(ctx, resp.Body)
-		} else {
-			err = r.readCompletion(ctx, resp.Body)
-		}
-		resp.Body.Close()
+		err := r.step(ctx, offerSearch, maxTokens)
 		if err != nil {
 			return err
 		}
@@ -237,6 +219,48 @@ func (r *run) execute(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// errStepTimeout is the cause of a step's context ending at StepTimeout.
+var errStepTimeout = errors.New("responses: step timeout")
+
+// step runs one chat completion of the response, within StepTimeout: the
+// request, the answer and its translation into items (and events).
+func (r *run) step(ctx context.Context, offerSearch bool, maxTokens int64) error {
+	sctx, cancel := context.WithTimeoutCause(ctx, r.s.stepTimeout, errStepTimeout)
+	defer cancel()
+	err := r.stepWithin(sctx, offerSearch, maxTokens)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(sctx), errStepTimeout) {
+		// The step's reads saw their context end and took it for the
+		// client leaving; it was the deadline.
+		r.s.log.Warn("responses: model step timed out", "response", r.obj.ID, "timeout", r.s.stepTimeout)
+		return apierror.Server(http.StatusGatewayTimeout, "upstream_timeout",
+			fmt.Sprintf("The model did not finish answering within %s.", r.s.stepTimeout))
+	}
+	return err
+}
+
+func (r *run) stepWithin(ctx context.Context, offerSearch bool, maxTokens int64) error {
+	resp, err := r.post(ctx, r.chatBody(offerSearch, maxTokens))
+	if err != nil {
+		return err
+	}
+	if r.ev != nil && !r.ev.started {
+		// Headers go out only once the gateway accepted the first
+		// request, so its refusals (rate limits, bad requests) reach
+		// the client as HTTP errors, as OpenAI's do.
+		r.ev.start()
+		r.emitResponse("response.created")
+		r.emitResponse("response.in_progress")
+	}
+	r.beginStep(offerSearch || r.offerCode || r.offerFiles)
+	if r.req.stream && strings.HasPrefix(resp.Header.Get("content-type"), "text/event-stream") {
+		err = r.readStream(ctx, resp.Body)
+	} else {
+		err = r.readCompletion(ctx, resp.Body)
+	}
+	resp.Body.Close()
+	return err
 }
 
 // maxBuiltinCalls bounds the built-in tool calls (web search, code, file

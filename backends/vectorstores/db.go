@@ -68,4 +68,11 @@ var migrations = []string{
 		vector   BLOB NOT NULL
 	) STRICT;
 	CREATE INDEX chunks_file ON chunks (store_id, file_id, gen);`,
+	// 2: each file's chunk count (of its current generation), so the
+	// indexer can hold stores and owners to their chunk limits without
+	// counting the chunks table; the owner index serves the owner's total.
+	`ALTER TABLE store_files ADD COLUMN chunks INTEGER NOT NULL DEFAULT 0;
+	UPDATE store_files SET chunks = (SELECT COUNT(*) FROM chunks c
+		WHERE c.store_id = store_files.store_id AND c.file_id = store_files.file_id AND c.gen = store_files.gen);
+	CREATE INDEX store_files_owner ON store_files (owner);`,
 }

@@ -54,7 +54,8 @@ type env struct {
 	clock *clock
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv starts the service; opts, if given, adjust its Options.
+func newEnv(t *testing.T, opts ...func(*Options)) *env {
 	t.Helper()
 	ctx := t.Context()
 	dir := t.TempDir()
@@ -70,8 +71,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	gw := onbehalf.New("http://"+addr.String()+"/v1", testToken)
-	svc, err := New(ctx, Options{DataDir: dir, Files: fs, Gateway: gw, EmbeddingModel: embedModel,
-		Now: clk.Now, Logger: log, SweepInterval: time.Hour})
+	o := Options{DataDir: dir, Files: fs, Gateway: gw, EmbeddingModel: embedModel,
+		Now: clk.Now, Logger: log, SweepInterval: time.Hour}
+	for _, f := range opts {
+		f(&o)
+	}
+	svc, err := New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,11 @@ func (s *Service) finish(ctx context.Context, j job, status, code, msg string, u
 		return err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET status = ?, error_code = ?, error_message = ?, usage_bytes = ?
+	chunks := "chunks"
+	if status != statusCompleted {
+		chunks = "0"
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET status = ?, error_code = ?, error_message = ?, usage_bytes = ?, chunks = `+chunks+`
 		WHERE store_id = ? AND file_id = ? AND gen = ? AND status = ?`,
 		status, nullString(code), nullString(msg), usage, j.storeID, j.fileID, j.gen, statusInProgress); err != nil {
 		return err
@@ -130,8 +134,7 @@ func (s *Service) finish(ctx context.Context, j job, status, code, msg string, u
 // and usage in bytes (chunk text and vectors).
 func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 	// Chunks of an attempt a crash interrupted.
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
-		j.storeID, j.fileID, j.gen); err != nil {
+	if err := s.resetChunks(ctx, j); err != nil {
 		return 0, 0, err
 	}
 	ext := strings.ToLower(path.Ext(j.filename))
@@ -158,6 +161,11 @@ func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
+		}
+		// Checked before the embeddings are paid for, and again, in the
+		// transaction, as the chunks are stored.
+		if err := s.checkChunkLimits(ctx, s.db, j, len(batch)); err != nil {
+			return err
 		}
 		vecs, err := s.embed(ctx, j.owner, batch)
 		if err != nil {
@@ -216,6 +224,13 @@ func (s *Service) insertChunks(ctx context.Context, j job, seq int, texts []stri
 	} else if err != nil {
 		return 0, err
 	}
+	if err := s.checkChunkLimits(ctx, tx, j, len(texts)); err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = chunks + ? WHERE store_id = ? AND file_id = ? AND gen = ?`,
+		len(texts), j.storeID, j.fileID, j.gen); err != nil {
+		return 0, err
+	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO chunks (store_id, file_id, gen, seq, text, vector) VALUES (?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return 0, err
@@ -230,4 +245,50 @@ func (s *Service) insertChunks(ctx context.Context, j job, seq int, texts []stri
 		n += int64(len(text) + len(v))
 	}
 	return n, tx.Commit()
+}
+
+// resetChunks deletes the chunks of j's generation and zeroes its count.
+func (s *Service) resetChunks(ctx context.Context, j job) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
+		j.storeID, j.fileID, j.gen); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ?`,
+		j.storeID, j.fileID, j.gen); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// checkChunkLimits fails j (a *fileError naming the limit) if n more chunks
+// would take its store past maxStore or its owner past maxOwner. The counts
+// include the chunks j stored so far, and those of files being indexed.
+func (s *Service) checkChunkLimits(ctx context.Context, q querier, j job, n int) error {
+	var inStore, ofOwner int64
+	if err := q.QueryRowContext(ctx, `SELECT
+		(SELECT COALESCE(SUM(chunks), 0) FROM store_files WHERE store_id = ?),
+		(SELECT COALESCE(SUM(chunks), 0) FROM store_files WHERE owner = ?)`,
+		j.storeID, j.owner).Scan(&inStore, &ofOwner); err != nil {
+		return err
+	}
+	switch {
+	case inStore+int64(n) > s.maxStore:
+		return &fileError{code: codeInvalid, message: fmt.Sprintf(
+			"Indexing this file would take the vector store past its limit of %d chunks. "+
+				"Detach files from the store, or use larger chunks (max_chunk_size_tokens) or less overlap.", s.maxStore)}
+	case ofOwner+int64(n) > s.maxOwner:
+		return &fileError{code: codeInvalid, message: fmt.Sprintf(
+			"Indexing this file would take your vector stores past their limit of %d chunks in all. "+
+				"Delete vector stores or detach files you no longer search.", s.maxOwner)}
+	}
+	return nil
 }

@@ -17,6 +17,14 @@
 // text files are indexed (.txt, .md, .json, .jsonl, .csv, .html, source
 // code: supportedExt); other files fail with last_error unsupported_file.
 //
+// Chunks are bounded so that searches are: a store holds at most
+// MaxStoreChunks (default 100,000) chunks and an owner's stores together at
+// most MaxOwnerChunks (default 250,000). The indexer checks both before it
+// embeds each batch of a file's chunks and again as it stores them; a file
+// that would go past either fails (invalid_file, last_error naming the
+// limit) and keeps no chunks. Detaching files or deleting stores makes
+// room.
+//
 // Search is brute force over the chunks of the stores searched, streamed
 // row by row from SQLite, keeping the best max_num_results in a heap; only
 // chunks of files that are completed, and still attached, are ever read
@@ -85,6 +93,14 @@ type Options struct {
 	// (tokenizer.For); "": cl100k_base, the encoding of OpenAI's embedding
 	// models.
 	Tokenizer string
+	// MaxStoreChunks is the most chunks one store may hold; 0:
+	// DefaultMaxStoreChunks. A file whose chunks would take its store past
+	// it fails with last_error naming the limit.
+	MaxStoreChunks int64
+	// MaxOwnerChunks is the most chunks all of an owner's stores may hold
+	// together; 0: DefaultMaxOwnerChunks. A file whose chunks would take
+	// the owner past it fails with last_error naming the limit.
+	MaxOwnerChunks int64
 	// Concurrency is how many files are indexed at once; 0: 4.
 	Concurrency int
 	// SweepInterval is how often expired stores and detached chunks are
@@ -106,6 +122,14 @@ const (
 	// MaxFileTokens is the most tokens one file may have (OpenAI's limit
 	// for file search).
 	MaxFileTokens = 5_000_000
+	// DefaultMaxStoreChunks and DefaultMaxOwnerChunks bound the chunks a
+	// store, and all of an owner's stores, may hold (Options), and so the
+	// cost of a search, which reads every chunk of the stores it searches:
+	// at most min(stores × 100,000, 250,000) chunks. With the default
+	// chunking (800 tokens, 400 overlap: a chunk per 400 tokens) a store
+	// holds about 40 million tokens.
+	DefaultMaxStoreChunks = 100_000
+	DefaultMaxOwnerChunks = 250_000
 	// MaxResults bounds max_num_results; DefaultResults is its default.
 	MaxResults     = 50
 	DefaultResults = 10
@@ -159,6 +183,8 @@ type Service struct {
 	origin     string
 	tok        tokenizer.Tokenizer
 	workers    int
+	maxStore   int64 // chunks per store
+	maxOwner   int64 // chunks per owner
 	sweepEvery time.Duration
 	clock      func() time.Time
 	log        *slog.Logger
@@ -199,7 +225,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	}
 	s := &Service{
 		db: db, files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
-		tok: tok, workers: opts.Concurrency, sweepEvery: opts.SweepInterval, clock: opts.Now, log: opts.Logger,
+		tok: tok, workers: opts.Concurrency, maxStore: opts.MaxStoreChunks, maxOwner: opts.MaxOwnerChunks, sweepEvery: opts.SweepInterval, clock: opts.Now, log: opts.Logger,
 		wake: make(chan struct{}, 1), active: map[fileKey]bool{},
 	}
 	if s.origin == "" {
@@ -207,6 +233,12 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	}
 	if s.workers <= 0 {
 		s.workers = defaultConcurrency
+	}
+	if s.maxStore <= 0 {
+		s.maxStore = DefaultMaxStoreChunks
+	}
+	if s.maxOwner <= 0 {
+		s.maxOwner = DefaultMaxOwnerChunks
 	}
 	if s.sweepEvery <= 0 {
 		s.sweepEvery = defaultSweepInterval

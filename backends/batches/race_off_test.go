@@ -1,0 +1,5 @@
+//go:build !race
+
+package batches
+
+const raceEnabled = false
