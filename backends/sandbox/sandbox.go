@@ -193,12 +193,16 @@ func New(opts Options) (*Runner, error) {
 	if r.log == nil {
 		r.log = slog.Default()
 	}
+	r.removeStale(time.Now())
 	r.avail = r.setup()
 	if r.avail != nil {
 		r.log.Warn("sandbox: code interpreter unavailable", "err", r.avail)
 	}
 	return r, nil
 }
+
+// runDirPrefix names each run's directory under Options.TempDir.
+const runDirPrefix = "switchyard-sandbox-"
 
 // Available returns nil when Run can run code, otherwise why not. A nil
 // Runner is unavailable.
@@ -287,7 +291,7 @@ func (r *Runner) Run(ctx context.Context, code string) (Result, error) {
 
 func (r *Runner) run(ctx context.Context, code string, isolated bool, timeout time.Duration) (Result, error) {
 	start := time.Now()
-	dir, err := os.MkdirTemp(r.opts.TempDir, "switchyard-sandbox-")
+	dir, err := os.MkdirTemp(r.opts.TempDir, runDirPrefix)
 	if err != nil {
 		return Result{}, fmt.Errorf("sandbox: run directory: %w", err)
 	}
@@ -503,4 +507,29 @@ func outsideSystem(dirs []string) []string {
 		}
 	}
 	return final
+}
+
+// removeStale removes run directories a crashed process left behind: every
+// run removes its own, but a process killed mid-run cannot. A directory is
+// stale when it is older than any run can last (with a wide margin, since
+// another gateway may share the temporary directory), so a live run's is
+// never touched.
+func (r *Runner) removeStale(now time.Time) {
+	entries, err := os.ReadDir(r.opts.TempDir)
+	if err != nil {
+		return
+	}
+	cutoff := now.Add(-max(time.Hour, 4*r.opts.Timeout))
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), runDirPrefix) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || info.ModTime().After(cutoff) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(r.opts.TempDir, e.Name())); err != nil {
+			r.log.Warn("sandbox: removing a stale run directory failed", "dir", e.Name(), "err", err)
+		}
+	}
 }

@@ -507,3 +507,35 @@ func TestOutsideSystem(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleRunDirectoriesRemoved: New removes run directories a crashed
+// process left behind, and only those old enough that no run can still own
+// them.
+func TestStaleRunDirectoriesRemoved(t *testing.T) {
+	dir := t.TempDir()
+	stale := filepath.Join(dir, runDirPrefix+"stale")
+	fresh := filepath.Join(dir, runDirPrefix+"fresh")
+	other := filepath.Join(dir, "not-ours")
+	for _, d := range []string{stale, fresh, other} {
+		if err := os.MkdirAll(filepath.Join(d, "tmp"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for _, d := range []string{stale, other} {
+		if err := os.Chtimes(d, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := New(Options{TempDir: dir, Python: "/nonexistent/python3", Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale run directory kept: %v", err)
+	}
+	for _, d := range []string{fresh, other} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s removed: %v", d, err)
+		}
+	}
+}
