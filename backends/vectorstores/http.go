@@ -137,11 +137,17 @@ func (s *Service) apiError(err error) *apierror.Error {
 	case errors.Is(err, errStoreFull):
 		return apierror.InvalidParam("file_id", "A vector store may hold at most %d files.", MaxFilesPerStore)
 	case errors.As(err, &ee):
-		// The owner's own rate limit (429) is theirs to see; anything
-		// else is the gateway's problem.
-		if ee.status == http.StatusTooManyRequests {
+		// The owner's own rate limit (429) and refusals about the owner
+		// (a revoked key, an allow-list without the embedding model, a
+		// model the gateway no longer serves) are theirs to see, with
+		// their status; a 5xx is the gateway's problem.
+		switch {
+		case ee.status == http.StatusTooManyRequests:
 			return &apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeRequests, Code: "rate_limit_exceeded",
 				Message: "The query could not be embedded: rate limit exceeded. " + ee.message}
+		case ee.status >= 400 && ee.status < 500:
+			return &apierror.Error{Status: ee.status, Code: "embedding_failed",
+				Message: fmt.Sprintf("The query could not be embedded with the vector store's embedding model (status %d): %s", ee.status, ee.message)}
 		}
 		s.log.Warn("vectorstores: query embedding failed", "status", ee.status)
 		return apierror.Server(http.StatusBadGateway, "embedding_failed",
