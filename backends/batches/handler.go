@@ -12,22 +12,17 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
+	"github.com/switchyard-ai/switchyard/backends/metadata"
 )
 
 // Endpoints a batch may target.
 var endpoints = []string{"/v1/chat/completions", "/v1/embeddings", "/v1/responses"}
-
-// Metadata limits (OpenAI's, in characters).
-const (
-	maxMetadataPairs = 16
-	maxMetadataKey   = 64
-	maxMetadataValue = 512
-)
 
 // Bounds of output_expires_after.seconds (OpenAI's).
 const (
@@ -215,6 +210,7 @@ func (s *Service) parseCreate(ctx context.Context, owner string, req *createRequ
 	if aerr != nil {
 		return batch{}, aerr
 	}
+
 	expiry, aerr := parseOutputExpiry(req.OutputExpiresAfter)
 	if aerr != nil {
 		return batch{}, aerr
@@ -250,27 +246,16 @@ func (s *Service) parseCreate(ctx context.Context, owner string, req *createRequ
 	}, nil
 }
 
+// parseMetadata checks metadata (package metadata) and returns it as the
+// map the store keeps.
 func parseMetadata(raw json.RawMessage) (map[string]string, *apierror.Error) {
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, nil
+	kept, aerr := metadata.Parse(gjson.ParseBytes(raw))
+	if aerr != nil || kept == nil {
+		return nil, aerr
 	}
 	var m map[string]string
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, apierror.InvalidParam("metadata", "Invalid 'metadata': expected an object with string values.")
-	}
-	if len(m) > maxMetadataPairs {
-		return nil, apierror.InvalidParam("metadata", "Invalid 'metadata': too many properties. Expected at most %d, but got %d.",
-			maxMetadataPairs, len(m))
-	}
-	for k, v := range m {
-		if n := utf8.RuneCountInString(k); n > maxMetadataKey {
-			return nil, apierror.InvalidParam("metadata", "Invalid 'metadata': a key is %d characters long; keys may have at most %d.",
-				n, maxMetadataKey)
-		}
-		if n := utf8.RuneCountInString(v); n > maxMetadataValue {
-			return nil, apierror.InvalidParam("metadata", "Invalid 'metadata': a value is %d characters long; values may have at most %d.",
-				n, maxMetadataValue)
-		}
+	if err := json.Unmarshal(kept, &m); err != nil { // cannot happen: Parse checked every value is a string
+		return nil, apierror.InvalidParam("metadata", "Invalid 'metadata': expected an object of strings.")
 	}
 	return m, nil
 }

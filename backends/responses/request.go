@@ -9,6 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/backends/metadata"
 	"github.com/switchyard-ai/switchyard/jsonquote"
 )
 
@@ -78,9 +79,6 @@ type toolChoice struct {
 
 // Limits OpenAI applies to the same fields.
 const (
-	maxMetadataPairs   = 16
-	maxMetadataKey     = 64
-	maxMetadataValue   = 512
 	minMaxOutputTokens = 16
 )
 
@@ -317,33 +315,14 @@ func integer(param string, v gjson.Result) (int64, *apierror.Error) {
 }
 
 func (req *createRequest) parseMetadata(v gjson.Result) *apierror.Error {
-	req.metadata = []byte("{}")
-	if !v.Exists() || v.Type == gjson.Null {
-		return nil
-	}
-	if !v.IsObject() {
-		return typeError("metadata", "an object", v)
-	}
-	n := 0
-	var aerr *apierror.Error
-	v.ForEach(func(k, val gjson.Result) bool {
-		n++
-		switch {
-		case n > maxMetadataPairs:
-			aerr = apierror.InvalidParam("metadata", "Invalid 'metadata': too many properties. Expected an object with at most %d properties.", maxMetadataPairs)
-		case len(k.Str) > maxMetadataKey:
-			aerr = apierror.InvalidParam("metadata", "Invalid 'metadata': key longer than %d characters.", maxMetadataKey)
-		case val.Type != gjson.String:
-			aerr = typeError("metadata."+k.Str, "a string", val)
-		case len(val.Str) > maxMetadataValue:
-			aerr = apierror.InvalidParam("metadata."+k.Str, "Invalid 'metadata': value longer than %d characters.", maxMetadataValue)
-		}
-		return aerr == nil
-	})
+	kept, aerr := metadata.Parse(v)
 	if aerr != nil {
 		return aerr
 	}
-	req.metadata = []byte(v.Raw)
+	req.metadata = []byte("{}") // a response always carries an object
+	if kept != nil {
+		req.metadata = kept
+	}
 	return nil
 }
 

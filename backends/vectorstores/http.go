@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
+	"github.com/switchyard-ai/switchyard/backends/metadata"
 )
 
 const (
@@ -25,10 +26,6 @@ const (
 	maxBody = 1 << 20
 	// maxNameBytes bounds a store's name and description.
 	maxNameBytes = 512
-	// Metadata and attributes limits (OpenAI's).
-	maxPairs    = 16
-	maxKeyLen   = 64
-	maxValueLen = 512
 	// List page sizes (OpenAI's).
 	defaultListLimit = 20
 	maxListLimit     = 100
@@ -294,38 +291,9 @@ type deletedObject struct {
 
 // Request fields.
 
-// parseMetadata reads metadata: up to 16 string pairs. nil when absent.
-func parseMetadata(v gjson.Result) ([]byte, *apierror.Error) {
-	if !present(v) {
-		return nil, nil
-	}
-	if !v.IsObject() {
-		return nil, typeError("metadata", "an object")
-	}
-	n := 0
-	var aerr *apierror.Error
-	v.ForEach(func(k, val gjson.Result) bool {
-		n++
-		switch {
-		case n > maxPairs:
-			aerr = apierror.InvalidParam("metadata", "Invalid 'metadata': at most %d pairs.", maxPairs)
-		case utf8.RuneCountInString(k.Str) > maxKeyLen:
-			aerr = apierror.InvalidParam("metadata", "Invalid 'metadata': keys are at most %d characters.", maxKeyLen)
-		case val.Type != gjson.String:
-			aerr = typeError("metadata."+k.Str, "a string")
-		case utf8.RuneCountInString(val.Str) > maxValueLen:
-			aerr = apierror.InvalidParam("metadata."+k.Str, "Invalid 'metadata': values are at most %d characters.", maxValueLen)
-		}
-		return aerr == nil
-	})
-	if aerr != nil {
-		return nil, aerr
-	}
-	return []byte(v.Raw), nil
-}
-
-// parseAttributes reads a vector store file's attributes: up to 16 pairs of
-// strings, numbers or booleans. nil when absent.
+// parseAttributes reads a vector store file's attributes: metadata's limits
+// (package metadata), but values may also be numbers or booleans. nil when
+// absent.
 func parseAttributes(v gjson.Result) ([]byte, *apierror.Error) {
 	if !present(v) {
 		return nil, nil
@@ -338,12 +306,12 @@ func parseAttributes(v gjson.Result) ([]byte, *apierror.Error) {
 	v.ForEach(func(k, val gjson.Result) bool {
 		n++
 		switch {
-		case n > maxPairs:
-			aerr = apierror.InvalidParam("attributes", "Invalid 'attributes': at most %d pairs.", maxPairs)
-		case utf8.RuneCountInString(k.Str) > maxKeyLen:
-			aerr = apierror.InvalidParam("attributes", "Invalid 'attributes': keys are at most %d characters.", maxKeyLen)
-		case val.Type == gjson.String && utf8.RuneCountInString(val.Str) > maxValueLen:
-			aerr = apierror.InvalidParam("attributes."+k.Str, "Invalid 'attributes': values are at most %d characters.", maxValueLen)
+		case n > metadata.MaxPairs:
+			aerr = apierror.InvalidParam("attributes", "Invalid 'attributes': at most %d pairs.", metadata.MaxPairs)
+		case utf8.RuneCountInString(k.Str) > metadata.MaxKeyLen:
+			aerr = apierror.InvalidParam("attributes", "Invalid 'attributes': keys are at most %d characters.", metadata.MaxKeyLen)
+		case val.Type == gjson.String && utf8.RuneCountInString(val.Str) > metadata.MaxValueLen:
+			aerr = apierror.InvalidParam("attributes."+k.Str, "Invalid 'attributes': values are at most %d characters.", metadata.MaxValueLen)
 		case val.Type != gjson.String && val.Type != gjson.Number && !val.IsBool():
 			aerr = typeError("attributes."+k.Str, "a string, a number or a boolean")
 		}
@@ -467,7 +435,7 @@ func (s *Service) serveCreate(w http.ResponseWriter, r *http.Request, owner stri
 		aerr.Write(w)
 		return
 	}
-	meta, aerr := parseMetadata(root.Get("metadata"))
+	meta, aerr := metadata.Parse(root.Get("metadata"))
 	if aerr != nil {
 		aerr.Write(w)
 		return
@@ -563,7 +531,7 @@ func (s *Service) serveModify(w http.ResponseWriter, r *http.Request, owner, id 
 		}
 		p.name = &name
 	}
-	if p.metadata, aerr = parseMetadata(root.Get("metadata")); aerr != nil {
+	if p.metadata, aerr = metadata.Parse(root.Get("metadata")); aerr != nil {
 		aerr.Write(w)
 		return
 	}
