@@ -42,12 +42,16 @@ func pathFamily(p string) string {
 		return "other"
 	}
 	resource, _, _ := strings.Cut(rest, "/")
-	switch resource {
-	case "chat", "embeddings", "models", "files", "batches", "responses", "vector_stores":
-		return "/v1/" + resource
+	for _, f := range pathFamilies {
+		if f[len("/v1/"):] == resource {
+			return f // a constant: no string built per request
+		}
 	}
 	return "other"
 }
+
+// pathFamilies are the API path families metrics name.
+var pathFamilies = [...]string{"/v1/chat", "/v1/embeddings", "/v1/models", "/v1/files", "/v1/batches", "/v1/responses", "/v1/vector_stores"}
 
 func wholeNumber(v *structpb.Value) int64 {
 	if v == nil {

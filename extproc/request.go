@@ -208,11 +208,8 @@ const (
 // the per-minute limits (docs/backends-design.md).
 func (s *Server) keyMetaOf(k *keys.Key, origin string) *keyMeta {
 	limitID := k.LimitID()
-	cacheKey := k.ID
-	if origin != "" {
-		cacheKey = origin + ":" + k.ID
-	}
-	if v, ok := s.keyMeta.Load(cacheKey); ok {
+	cache := &s.keyMeta[originSlot(origin)]
+	if v, ok := cache.Load(k.ID); ok {
 		if m := v.(*keyMeta); m.limitID == limitID && m.tierName == k.Tier && m.tpm == k.TPM {
 			return m
 		}
@@ -229,11 +226,25 @@ func (s *Server) keyMetaOf(k *keys.Key, origin string) *keyMeta {
 	}
 	m.headers = metadata(fields)
 	if s.keyMetaN.Add(1) > maxKeyMeta {
-		s.keyMeta.Clear()
+		for i := range s.keyMeta {
+			s.keyMeta[i].Clear()
+		}
 		s.keyMetaN.Store(0)
 	}
-	s.keyMeta.Store(cacheKey, m)
+	cache.Store(k.ID, m)
 	return m
+}
+
+// originSlot is the keyMeta cache of an origin: clients, batch lines, the
+// Responses service (one cache each, so a lookup builds no composite key).
+func originSlot(origin string) int {
+	switch origin {
+	case catalog.OriginBatch:
+		return 1
+	case catalog.OriginResponses:
+		return 2
+	}
+	return 0
 }
 
 // routeMetadata is the request body reply's metadata: the key's, the model

@@ -77,9 +77,9 @@ type Server struct {
 	routes atomic.Pointer[routeTable]
 	limits limiter
 
-	// keyMeta caches keys' dynamic metadata (*keyMeta by key id, request.go),
-	// keyMetaN counts its entries.
-	keyMeta  sync.Map
+	// keyMeta caches keys' dynamic metadata (*keyMeta by key id, one map per
+	// origin: originSlot, request.go), keyMetaN counts their entries.
+	keyMeta  [3]sync.Map
 	keyMetaN atomic.Int64
 
 	// mu guards the state kept across catalogs, by provider and model.
