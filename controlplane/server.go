@@ -553,7 +553,7 @@ func clone(cfg *config.Config) (*config.Config, error) {
 // Register registers ADS and the per-type LDS, RDS, CDS, EDS, SDS and RTDS
 // services on g. Envoy uses ADS; the per-type services serve clients that
 // subscribe to one type on its own stream.
-func (s *Server) Register(g *grpc.Server) {
+func (s *Server) Register(g grpc.ServiceRegistrar) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
 	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)
 	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)

@@ -28,6 +28,11 @@ type Options struct {
 	// StaticClusters are the bootstrap clusters, not from xDS: name ->
 	// "host:port" or "unix:/path" (for example catalog.ExtProcCluster).
 	StaticClusters map[string]string
+	// Channels are static clusters served in this process, by name (the
+	// embedded gateway's ext_proc and rate limit services on an
+	// inprocgrpc channel): the filters call them without a socket. A
+	// name here needs no StaticClusters entry and takes precedence.
+	Channels map[string]grpc.ClientConnInterface
 	// Insecure allows plain HTTP on non-loopback addresses.
 	Insecure bool
 	// ListenOverride maps a listener name to the address to bind instead of
@@ -274,9 +279,21 @@ func (d *DataPlane) Close() error {
 	return errors.Join(errs...)
 }
 
-// grpcConn returns the (lazily connecting) gRPC channel to a static
-// cluster. Channels live as long as the DataPlane.
+// staticCluster reports whether name is a bootstrap cluster.
+func (d *DataPlane) staticCluster(name string) bool {
+	if _, ok := d.opts.Channels[name]; ok {
+		return true
+	}
+	_, ok := d.opts.StaticClusters[name]
+	return ok
+}
+
+// grpcConn returns the gRPC channel to a static cluster: an in-process one,
+// or a lazily connecting one that lives as long as the DataPlane.
 func (d *DataPlane) grpcConn(name string) (grpc.ClientConnInterface, error) {
+	if ch := d.opts.Channels[name]; ch != nil {
+		return ch, nil
+	}
 	d.grpcMu.Lock()
 	defer d.grpcMu.Unlock()
 	if cc := d.grpcConns[name]; cc != nil {

@@ -80,7 +80,7 @@ func checkMode(pm *extprocfilterv3.ProcessingMode) error {
 	return nil
 }
 
-func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProcessor, static map[string]string, conns func(string) (grpc.ClientConnInterface, error)) (*extProcFilter, error) {
+func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProcessor, static func(string) bool, conns func(string) (grpc.ClientConnInterface, error)) (*extProcFilter, error) {
 	if err := c.ValidateAll(); err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProce
 	}
 	eg := c.GetGrpcService().GetEnvoyGrpc()
 	f.cluster = eg.GetClusterName()
-	if _, ok := static[f.cluster]; !ok {
+	if !static(f.cluster) {
 		return nil, &missingError{kind: "cluster", name: f.cluster, from: "ext_proc filter " + name, static: true}
 	}
 	conn, err := conns(f.cluster)

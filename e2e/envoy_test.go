@@ -154,6 +154,14 @@ func TestConformanceGoDataPlane(t *testing.T) {
 	runConformance(t, s.gw.BaseURL(), s.key)
 }
 
+// TestConformanceLoopbackGRPC runs the table with the embedded data plane
+// reaching ext_proc and the rate limit service over loopback gRPC, as Envoy
+// does, instead of the in-process channel the other stacks use.
+func TestConformanceLoopbackGRPC(t *testing.T) {
+	s := newStack(t, stackOptions{maxBody: conformanceMaxBody, gateway: func(o *gateway.Options) { o.LoopbackGRPC = true }})
+	runConformance(t, s.gw.BaseURL(), s.key)
+}
+
 // splitStack is the control plane and extproc as separate components, as
 // deploy/ runs them, in front of a fake provider; the data plane is up to the
 // test.

@@ -114,7 +114,7 @@ func New(opts Options) *Server {
 
 // Register registers the server as the envoy.service.ext_proc.v3
 // ExternalProcessor on g.
-func (s *Server) Register(g *grpc.Server) {
+func (s *Server) Register(g grpc.ServiceRegistrar) {
 	extprocv3.RegisterExternalProcessorServer(g, s)
 }
 

@@ -34,6 +34,7 @@ import (
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/dataplane"
 	"github.com/switchyard-ai/switchyard/extproc"
+	"github.com/switchyard-ai/switchyard/inprocgrpc"
 	"github.com/switchyard-ai/switchyard/keys"
 	"github.com/switchyard-ai/switchyard/metrics"
 	"github.com/switchyard-ai/switchyard/providers/fake"
@@ -86,6 +87,12 @@ type Options struct {
 	// InternalToken is the token extproc and the backends share
 	// (docs/backends-design.md); a random one when empty.
 	InternalToken string
+
+	// LoopbackGRPC makes the data plane reach ext_proc and the embedded
+	// rate limit service over loopback gRPC, as Envoy reaches them in a
+	// deployment, instead of the in-process channel (inprocgrpc). Both are
+	// always served on loopback gRPC too, for other clients.
+	LoopbackGRPC bool
 
 	// Region is this gateway's home region, announced in the xDS node
 	// locality of its data plane and extproc (default: the config's
@@ -243,9 +250,24 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	})
 	// A buffered request body arrives in one gRPC message: allow the
 	// configured body limit plus room for headers.
-	extprocAddr, err := serveGRPC(g, g.ExtProc.Register, grpc.MaxRecvMsgSize(int(cfg.Limits.MaxRequestBodyBytes)+1<<20))
+	maxRecv := int(cfg.Limits.MaxRequestBodyBytes) + 1<<20
+	extprocAddr, err := serveGRPC(g, g.ExtProc.Register, grpc.MaxRecvMsgSize(maxRecv))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: extproc: %w", err)
+	}
+	// The data plane's own calls: every request makes five ext_proc
+	// exchanges and one rate limit call, which in process skip the
+	// sockets, HTTP/2 and serialization (inprocgrpc).
+	var channels map[string]grpc.ClientConnInterface
+	if !opts.LoopbackGRPC {
+		ch := inprocgrpc.New(inprocgrpc.Options{MaxRecvMsgSize: maxRecv})
+		g.ExtProc.Register(ch)
+		channels = map[string]grpc.ClientConnInterface{catalog.ExtProcCluster: ch}
+		if g.RateLimit != nil {
+			rch := inprocgrpc.New(inprocgrpc.Options{})
+			g.RateLimit.Register(rch)
+			channels[controlplane.RateLimitCluster] = rch
+		}
 	}
 	extprocADS, err := dialADS(g, xdsAddr, &corev3.Node{Id: "switchyard-extproc", Cluster: "switchyard",
 		Locality: &corev3.Locality{Region: region}}, log)
@@ -259,6 +281,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		Logger: log.With("component", "dataplane"),
 		StaticClusters: map[string]string{catalog.ExtProcCluster: extprocAddr, catalog.XDSCluster: xdsAddr,
 			controlplane.RateLimitCluster: rlsAddr},
+		Channels: channels,
 		Insecure: opts.Insecure,
 		OnRateLimitError: func(error) {
 			g.Metrics.ChargeErrors.Inc("dataplane")
@@ -380,12 +403,12 @@ func (g *Gateway) Close() {
 	g.closers = nil
 }
 
-func serveGRPC(g *Gateway, register func(*grpc.Server), opts ...grpc.ServerOption) (string, error) {
+func serveGRPC(g *Gateway, register func(grpc.ServiceRegistrar), opts ...grpc.ServerOption) (string, error) {
 	return serveGRPCOn(g, "", register, opts...)
 }
 
 // serveGRPCOn serves on addr, or on a free loopback port when addr is "".
-func serveGRPCOn(g *Gateway, addr string, register func(*grpc.Server), opts ...grpc.ServerOption) (string, error) {
+func serveGRPCOn(g *Gateway, addr string, register func(grpc.ServiceRegistrar), opts ...grpc.ServerOption) (string, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}

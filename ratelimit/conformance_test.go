@@ -64,7 +64,7 @@ func controlPlane(t *testing.T, cfg *config.Config) (*controlplane.Server, strin
 	return cp, serve(t, cp.Register)
 }
 
-func serve(t *testing.T, register func(*grpc.Server)) string {
+func serve(t *testing.T, register func(grpc.ServiceRegistrar)) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -160,7 +160,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 }
 
 // Register registers the server as envoy.service.ratelimit.v3.RateLimitService on g.
-func (s *Server) Register(g *grpc.Server) {
+func (s *Server) Register(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, s)
 }
 

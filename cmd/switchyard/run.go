@@ -112,6 +112,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin API token (default: $"+adminTokenEnv+", else DATA_DIR/"+adminTokenFileName+", created if missing)")
 	rateLimitAddr := fs.String("ratelimit-addr", "", "RLS address of an external rate limit service (envoyproxy/ratelimit); default: the embedded one")
 	region := fs.String("region", "", "this gateway's home region, us or asia (default: the config's region)")
+	loopbackGRPC := fs.Bool("loopback-grpc", false, "the data plane reaches ext_proc and the rate limit service over loopback gRPC, as Envoy does (default: in process, without sockets)")
 	xdsListen := fs.String("xds-listen", "", "address the control plane serves xDS on, for an external ratelimit service or Envoy (default: a free loopback port)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -136,8 +137,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		XDSListen:      *xdsListen,
 		AdminListen:    *adminListen,
 		// The file is reloaded when it changes; the embedded default never does.
-		ConfigPath: *cfgPath,
-		Region:     *region,
+		ConfigPath:   *cfgPath,
+		Region:       *region,
+		LoopbackGRPC: *loopbackGRPC,
 		// Shared with a separate `switchyard backends` when the config
 		// names one; otherwise the in-process backends get a random one.
 		InternalToken: os.Getenv(gateway.InternalTokenEnv),
