@@ -16,6 +16,7 @@ import (
 	"github.com/envoyproxy/ratelimit/src/limiter"
 	"github.com/envoyproxy/ratelimit/src/provider"
 	rlservice "github.com/envoyproxy/ratelimit/src/service"
+	"github.com/envoyproxy/ratelimit/src/settings"
 	"github.com/envoyproxy/ratelimit/src/stats"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -37,7 +38,8 @@ type Options struct {
 
 // Server is envoyproxy/ratelimit's RLS service (service.NewService), the
 // very logic its own binary runs, embedded so it can be registered on a
-// grpc.Server of ours. Its runner is not used: it calls os.Exit on signals
+// grpc.Server of ours. Calls are answered by decide, which makes the
+// service's decision without the cost of its entry point's tracing. Its runner is not used: it calls os.Exit on signals
 // and exits fatally on a port clash, neither acceptable inside the gateway.
 //
 // Configuration comes from SetConfig, usually through ConfigHandler, the xDS
@@ -53,6 +55,9 @@ type Server struct {
 	events chan provider.ConfigUpdateEvent
 	loaded atomic.Bool
 	mu     sync.Mutex // serialises SetConfig
+	// direct: answer through decide rather than the service's entry point
+	// (false when the library's settings ask for what decide omits).
+	direct bool
 }
 
 // NewServer returns a Server with no configuration.
@@ -78,6 +83,8 @@ func NewServer(opts Options) *Server {
 	// never sent to and never closed (a closed channel would hand it a nil
 	// event): one idle goroutine per Server.
 	s.svc = rlservice.NewService(cache, s, sm, nil, clock, false, true, false)
+	lib := settings.NewSettings()
+	s.direct = !lib.RateLimitResponseHeadersEnabled && !lib.ResponseDynamicMetadata
 	return s
 }
 
@@ -148,7 +155,11 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			resp, err = nil, status.Error(codes.Internal, "ratelimit: internal error")
 		}
 	}()
-	resp, err = s.svc.ShouldRateLimit(ctx, req)
+	if s.direct {
+		resp, err = s.decide(ctx, req)
+	} else {
+		resp, err = s.svc.ShouldRateLimit(ctx, req)
+	}
 	if err != nil {
 		var se interface{ GRPCStatus() *status.Status }
 		if !errors.As(err, &se) {
