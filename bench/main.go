@@ -81,7 +81,7 @@ func main() {
 	flag.IntVar(&o.profileSecs, "profile-seconds", 5, "length of each CPU profile of switchyard under load")
 	flag.BoolVar(&o.skipMicro, "skip-micro", false, "skip the go test microbenchmarks")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs, profiles)")
-	systemsFlag := flag.String("systems", "nginx,portkey,switchyard", "the systems to measure besides direct (a quick probe: switchyard)")
+	systemsFlag := flag.String("systems", strings.Join(gateways, ","), "the systems to measure besides direct (a quick probe: switchyard)")
 	phasesFlag := flag.String("phases", "latency,streaming,profiles,memory,batch,promptcache", "the phases to run besides the microbenchmarks (-skip-micro)")
 	flag.Parse()
 	o.systems, o.phases = listFlag(*systemsFlag), listFlag(*phasesFlag)
@@ -227,7 +227,44 @@ func benchmark(ctx context.Context, o *options) error {
 		}
 	}
 
-	r.systems = []*system{direct, nginx, portkey, sy}
+	// Switchyard with --loopback-grpc: its data plane reaches ext_proc and
+	// the rate limit service over loopback TCP gRPC, as Envoy reaches an
+	// ext_proc server in a deployment (`switchyard run` by default uses an
+	// in-process channel). A second process, on its own port, data directory,
+	// key and admin port, with no profile endpoint; the same configuration
+	// but for the listener. It runs alongside switchyard in the latency and
+	// streaming phases only.
+	syg := &system{name: "switchyard-grpc"}
+	var sygProc *proc
+	if !o.systems["switchyard-grpc"] {
+		syg.skip = "not run: left out with -systems"
+	} else if !o.phases["latency"] && !o.phases["streaming"] {
+		syg.skip = "not run: measured only in the latency and streaming phases, left out with -phases"
+	} else {
+		port, _ := freePort()
+		adminPort, _ := freePort()
+		cfg := filepath.Join(tmp, "switchyard-grpc.yaml")
+		dir := filepath.Join(tmp, "data-grpc")
+		if err := os.WriteFile(cfg, []byte(switchyardConfig(port, fakePort, pacedPort)), 0o644); err != nil {
+			return err
+		}
+		if k, err := createKey(ctx, o.bin, cfg, dir); err != nil {
+			syg.skip = "not run: " + err.Error()
+		} else {
+			logf("starting switchyard run --loopback-grpc")
+			if sygProc, err = startSwitchyard(ctx, o.bin, cfg, dir, tmp, "switchyard-grpc", port, 0,
+				"--loopback-grpc", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort)); err != nil {
+				syg.skip = "not run: switchyard --loopback-grpc did not start: " + err.Error()
+			} else {
+				syg.proc = sygProc
+				base := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+				syg.burst = endpoint{base, bearer(k), "bench/chat"}
+				syg.paced = endpoint{base, bearer(k), "bench/paced"}
+			}
+		}
+	}
+
+	r.systems = []*system{direct, nginx, portkey, sy, syg}
 	maxConc := 1
 	for _, c := range o.conc {
 		maxConc = max(maxConc, c)
@@ -254,6 +291,10 @@ func benchmark(ctx context.Context, o *options) error {
 	}
 	if o.phases["streaming"] {
 		r.streams = runStreaming(ctx, o, r.systems)
+	}
+	// The later phases run on switchyard alone.
+	if sygProc != nil {
+		sygProc.stop()
 	}
 
 	if syProc != nil && sy.skip == "" && !o.phases["profiles"] && !o.phases["memory"] && !o.phases["batch"] {
@@ -380,7 +421,7 @@ func runLatency(ctx context.Context, o *options, systems []*system) map[string]m
 		for _, s := range systems {
 			if cell := out[s.name][c]; cell != nil {
 				sm := summarize(cell.lat)
-				logf("  %-10s c=%-3d p50 %7.3f ms  p99 %7.3f ms  %8.0f req/s  CPU %6.3f ms/req  errors %d", s.name, c, ms(sm.P50), ms(sm.P99),
+				logf("  %-15s c=%-3d p50 %7.3f ms  p99 %7.3f ms  %8.0f req/s  CPU %6.3f ms/req  errors %d", s.name, c, ms(sm.P50), ms(sm.P99),
 					float64(len(cell.lat))/cell.wall.Seconds(), cell.cpuPerRequest(s), cell.errs)
 			}
 		}
@@ -449,7 +490,7 @@ func runStreaming(ctx context.Context, o *options, systems []*system) map[string
 		for _, s := range systems {
 			if cell := out[m.name][s.name]; cell != nil {
 				t, g := streamStats(cell)
-				logf("  %-10s %s: TTFB p50 %7.3f ms  mean gap %7.4f ms  errors %d", s.name, m.name, ms(t.P50), ms(g.Mean), cell.errs)
+				logf("  %-15s %s: TTFB p50 %7.3f ms  mean gap %7.4f ms  errors %d", s.name, m.name, ms(t.P50), ms(g.Mean), cell.errs)
 			}
 		}
 	}

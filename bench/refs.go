@@ -310,14 +310,15 @@ func createKey(ctx context.Context, bin, cfg, dataDir string) (string, error) {
 }
 
 // startSwitchyard runs `switchyard run` on the generated config, with the
-// profile endpoint on pprofPort.
-func startSwitchyard(ctx context.Context, bin, cfg, dataDir, logDir, name string, port, pprofPort int) (*proc, error) {
+// profile endpoint on pprofPort (none if 0) and extra flags after the
+// harness's own (switchyard-grpc: --loopback-grpc and its own admin port).
+func startSwitchyard(ctx context.Context, bin, cfg, dataDir, logDir, name string, port, pprofPort int, extra ...string) (*proc, error) {
 	env := []string{fakeKeyEnv + "=" + fakeKey}
 	if pprofPort != 0 {
 		env = append(env, fmt.Sprintf("SWITCHYARD_PPROF_LISTEN=127.0.0.1:%d", pprofPort))
 	}
-	p, err := startProc(name, filepath.Join(logDir, name+".log"), "", env, bin, "run",
-		"--config", cfg, "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", port))
+	args := append([]string{"run", "--config", cfg, "--data-dir", dataDir, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
+	p, err := startProc(name, filepath.Join(logDir, name+".log"), "", env, bin, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,13 @@ type report struct {
 	promptCache      *promptCacheResult // nil: left out with -phases
 }
 
-var gateways = []string{"nginx", "portkey", "switchyard"}
+// gateways are the systems measured besides direct, in the order of the
+// tables and the plot (and the default -systems).
+var gateways = []string{"nginx", "portkey", "switchyard", "switchyard-grpc"}
+
+// grpcLabel names switchyard-grpc in the target lines, which are evaluated
+// for switchyard (the default `switchyard run`).
+const grpcLabel = "switchyard-grpc (ext_proc over loopback gRPC, as Envoy deployments run it)"
 
 func (r *report) sys(name string) *system {
 	for _, s := range r.systems {
@@ -171,10 +177,11 @@ func (r *report) write() error {
 	w("## Systems\n\n")
 	w("| system | path | status |\n|---|---|---|\n")
 	paths := map[string]string{
-		"direct":     "client → fake upstream (`switchyard fake`)",
-		"nginx":      "client → nginx (plain reverse proxy, upstream keep-alive, own config) → fake",
-		"portkey":    "client → Portkey gateway (`node build/start-server.js --headless`, `x-portkey-provider: openai`, `x-portkey-custom-host`) → fake",
-		"switchyard": "client → `switchyard run` (data plane → ext_proc over gRPC → provider) → fake",
+		"direct":          "client → fake upstream (`switchyard fake`)",
+		"nginx":           "client → nginx (plain reverse proxy, upstream keep-alive, own config) → fake",
+		"portkey":         "client → Portkey gateway (`node build/start-server.js --headless`, `x-portkey-provider: openai`, `x-portkey-custom-host`) → fake",
+		"switchyard":      "client → `switchyard run` (data plane → ext_proc and rate limit service in process, over an in-process gRPC channel (`inprocgrpc`, no sockets) → provider) → fake",
+		"switchyard-grpc": "client → `switchyard run --loopback-grpc` (data plane → ext_proc and rate limit service over loopback gRPC, as with Envoy) → fake",
 	}
 	for _, s := range r.systems {
 		st := "measured"
@@ -191,7 +198,14 @@ func (r *report) write() error {
 	w("\nThe fake upstream answers after a fixed service time of %s and requires its own bearer credential; every system ", o.serviceTime)
 	w("reaches the same fake process. Switchyard authenticates a client key (tier `%s`, limits far above this load), ", benchTier)
 	w("rewrites the model and swaps in the provider credential; nginx and Portkey forward the client's credential. ")
-	w("Access logs are on for nginx (to a file) and Switchyard (JSON to a file), as deployed.\n\n")
+	w("Access logs are on for nginx (to a file) and Switchyard (JSON to a file), as deployed.")
+	if r.sys("switchyard-grpc").skip == "" {
+		w(" switchyard and switchyard-grpc are two `switchyard run` processes of the same binary and configuration (but for the listener port), ")
+		w("each with its own data directory and key, both running through the latency and streaming phases; switchyard-grpc differs only in ")
+		w("`--loopback-grpc`, which makes its data plane reach ext_proc and the rate limit service over loopback TCP gRPC instead of in process. ")
+		w("It is stopped after the streaming phase: the later sections measure switchyard alone.")
+	}
+	w("\n\n")
 
 	r.writeLatency(w)
 	r.writeStreaming(w)
@@ -233,7 +247,13 @@ func (r *report) writeLatency(w func(string, ...any)) {
 	o := r.opts
 	w("## 1. Added latency, non-streaming chat\n\n")
 	w("The same sequence of %d distinct chat requests (about %d bytes each, a system and a user message) sent to each system ", sequenceLen, len(chatBody("fake-chat-1", 0, false)))
-	w("in interleaved rounds (direct, nginx, portkey, switchyard, direct, …): %d rounds per concurrency level, each round a fixed number ", o.rounds)
+	var order []string
+	for _, s := range r.systems {
+		if s.skip == "" {
+			order = append(order, s.name)
+		}
+	}
+	w("in interleaved rounds (%s, %s, …): %d rounds per concurrency level, each round a fixed number ", strings.Join(order, ", "), order[0], o.rounds)
 	w("of measured requests per system (")
 	for i, c := range o.conc {
 		if i > 0 {
@@ -488,18 +508,10 @@ func (r *report) writeTargets(w func(string, ...any)) {
 		if c > 16 {
 			continue
 		}
-		for _, pc := range []struct {
-			pct   float64
-			limit float64
-		}{{50, 0.5}, {99, 1}} {
-			a := r.added("switchyard", c, pc.pct)
-			if math.IsNaN(a) {
-				w("- p%.0f ≤ %.1f ms at concurrency %d: **not evaluated** (switchyard not measured)\n", pc.pct, pc.limit, c)
-				continue
+		for _, lt := range latencyTargets {
+			if !r.latencyTarget(w, "switchyard", "", c, lt.pct, lt.limit) {
+				missed = true
 			}
-			ok := a <= pc.limit
-			missed = missed || !ok
-			w("- p%.0f added ≤ %.1f ms at concurrency %d: %s — %.3f ms, by %.3f ms\n", pc.pct, pc.limit, c, verdict(ok), a, math.Abs(pc.limit-a))
 		}
 	}
 	for _, c := range r.opts.conc {
@@ -565,25 +577,42 @@ func (r *report) writeTargets(w func(string, ...any)) {
 		dominates(w, "CPU profile of switchyard, non-streaming chat at concurrency 1", r.profile("non-streaming chat, concurrency 1"), "")
 		dominates(w, "CPU profile of switchyard, non-streaming chat at concurrency 16", r.profile("non-streaming chat, concurrency 16"), "")
 	}
+	// The same targets for switchyard-grpc, for comparison: its data plane
+	// reaches ext_proc as Envoy's does. Not part of the verdict above.
+	w("\n")
+	for _, c := range r.opts.conc {
+		if c > 16 {
+			continue
+		}
+		for _, lt := range latencyTargets {
+			r.latencyTarget(w, "switchyard-grpc", grpcLabel+", ", c, lt.pct, lt.limit)
+		}
+	}
 
 	w("\n**Streaming** (added over direct; target TTFB ≤ 1 ms, gap ≤ 0.1 ms)\n\n")
 	st := r.profile("streaming")
 	missed = false
 	for _, m := range streamModes(r.opts) {
-		d, s := r.streams[m.name]["direct"], r.streams[m.name]["switchyard"]
-		if d == nil || s == nil || len(s.res) == 0 || len(d.res) == 0 {
+		at, ag, ok := r.streamAdded(m.name, "switchyard")
+		if !ok {
 			w("- %s: **not evaluated** (switchyard %s)\n", m.name, orNotRun(r.sys("switchyard").skip))
 			continue
 		}
-		dt, dg := streamStats(d)
-		tt, tg := streamStats(s)
-		at, ag := ms(tt.P50)-ms(dt.P50), ms(tg.Mean)-ms(dg.Mean)
 		w("- %s, added TTFB p50 ≤ 1 ms: %s — %.3f ms, by %.3f ms\n", m.name, verdict(at <= 1), at, math.Abs(1-at))
 		w("- %s, added mean gap ≤ 0.1 ms: %s — %.4f ms, by %.4f ms\n", m.name, verdict(ag <= 0.1), ag, math.Abs(0.1-ag))
 		missed = missed || at > 1 || ag > 0.1
 	}
 	if missed {
 		dominates(w, "CPU profile of switchyard under back-to-back streams", st, "")
+	}
+	w("\n")
+	for _, m := range streamModes(r.opts) {
+		at, _, ok := r.streamAdded(m.name, "switchyard-grpc")
+		if !ok {
+			w("- %s, %s, added TTFB p50 ≤ 1 ms: **not evaluated** (switchyard-grpc %s)\n", grpcLabel, m.name, orNotRun(r.sys("switchyard-grpc").skip))
+			continue
+		}
+		w("- %s, %s, added TTFB p50 ≤ 1 ms: %s — %.3f ms, by %.3f ms\n", grpcLabel, m.name, verdict(at <= 1), at, math.Abs(1-at))
 	}
 
 	w("\n**extproc request phase**\n\n")
@@ -640,11 +669,40 @@ func (r *report) writeTargets(w func(string, ...any)) {
 	w("\n")
 }
 
+// latencyTargets are the added-latency targets at concurrency ≤ 16.
+var latencyTargets = []struct{ pct, limit float64 }{{50, 0.5}, {99, 1}}
+
+// latencyTarget writes the target line for name's added latency at
+// concurrency c (label, when set, leads the line) and reports whether the
+// target was met or could not be evaluated.
+func (r *report) latencyTarget(w func(string, ...any), name, label string, c int, pct, limit float64) bool {
+	a := r.added(name, c, pct)
+	if math.IsNaN(a) {
+		w("- %sp%.0f ≤ %.1f ms at concurrency %d: **not evaluated** (%s %s)\n", label, pct, limit, c, name, orNotRun(r.sys(name).skip))
+		return true
+	}
+	ok := a <= limit
+	w("- %sp%.0f added ≤ %.1f ms at concurrency %d: %s — %.3f ms, by %.3f ms\n", label, pct, limit, c, verdict(ok), a, math.Abs(limit-a))
+	return ok
+}
+
+// streamAdded is name's added TTFB p50 and added mean gap over direct in
+// stream mode, in ms; ok is false if either was not measured.
+func (r *report) streamAdded(mode, name string) (ttfb, gap float64, ok bool) {
+	d, s := r.streams[mode]["direct"], r.streams[mode][name]
+	if d == nil || s == nil || len(s.res) == 0 || len(d.res) == 0 {
+		return 0, 0, false
+	}
+	dt, dg := streamStats(d)
+	tt, tg := streamStats(s)
+	return ms(tt.P50) - ms(dt.P50), ms(tg.Mean) - ms(dg.Mean), true
+}
+
 func (r *report) writeProfiles(w func(string, ...any)) {
 	w("## CPU profiles\n\n")
 	w("Taken from the running `switchyard run` (its `SWITCHYARD_PPROF_LISTEN` loopback endpoint) for %d s under load from the same ", r.opts.profileSecs)
 	w("load generator, and of the extproc benchmark with `go test -cpuprofile`. The whole process is profiled: data plane, ")
-	w("ext_proc server and the gRPC between them.\n\n")
+	w("ext_proc server and the in-process gRPC channel between them.\n\n")
 	for _, p := range r.profiles {
 		w("### switchyard, %s (%s)\n\n", p.title, p.load)
 		if p.err != "" {

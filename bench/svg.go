@@ -17,22 +17,28 @@ type plotSeries struct {
 }
 
 var seriesColors = map[string]string{
-	"nginx":      "#2ca02c",
-	"portkey":    "#ff7f0e",
-	"switchyard": "#1f77b4",
+	"nginx":           "#2ca02c",
+	"portkey":         "#ff7f0e",
+	"switchyard":      "#1f77b4",
+	"switchyard-grpc": "#9467bd",
 }
 
 // latencySVG draws two panels (p50, p99) of grouped bars: added latency over
 // direct by concurrency, one bar per system, each labelled with its value.
 func latencySVG(title string, conc []int, series []plotSeries) string {
 	const (
-		W, H    = 1000, 460
-		panelW  = 420
+		H       = 460
 		top     = 70
 		plotH   = 300
 		leftPad = 60
 		gapX    = 80
+		// minBarW keeps room for a bar's value label ("0.123" at 10 px).
+		minBarW = 36
 	)
+	// Each panel is 420 px wide, or wider when there are more bars than fit
+	// at minBarW (bars take 80% of a concurrency group).
+	panelW := max(420, int(math.Ceil(float64(len(conc)*max(1, len(series))*minBarW)/0.8)))
+	W := leftPad + 2*panelW + gapX + 20
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
@@ -61,14 +67,14 @@ func latencySVG(title string, conc []int, series []plotSeries) string {
 		hi = math.Ceil(hi*1.08/step) * step
 		y := func(v float64) float64 { return top + plotH*(hi-v)/(hi-lo) }
 
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="15" text-anchor="middle">added %s latency over direct (ms)</text>`+"\n", x0+panelW/2, top-16, pct)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="15" text-anchor="middle">added %s latency over direct (ms)</text>`+"\n", x0+float64(panelW)/2, top-16, pct)
 		for v := lo; v <= hi+step/2; v += step {
 			yy := y(v)
 			stroke := "#dddddd"
 			if math.Abs(v) < step/1e6 {
 				stroke = "#444444"
 			}
-			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x0, yy, x0+panelW, yy, stroke)
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x0, yy, x0+float64(panelW), yy, stroke)
 			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="end">%s</text>`+"\n", x0-6, yy+4, trimFloat(v))
 		}
 		groupW := float64(panelW) / float64(len(conc))
@@ -94,14 +100,19 @@ func latencySVG(title string, conc []int, series []plotSeries) string {
 			}
 		}
 	}
-	// Legend.
+	// Legend: each entry as wide as its name (about 7.5 px a character at
+	// 13 px); the note goes on its own line if the entries reach it.
 	lx := float64(leftPad)
 	for _, s := range series {
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="14" height="14" fill="%s"/>`+"\n", lx, H-34, s.color)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="13">%s</text>`+"\n", lx+20, H-22, html.EscapeString(s.name))
-		lx += 150
+		lx += math.Max(150, 20+7.5*float64(len([]rune(s.name)))+30)
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="11" text-anchor="end" fill="#555555">lower is better; negative = within noise of direct</text>`+"\n", W-20, H-22)
+	noteY := H - 22
+	if lx > float64(W-20-300) {
+		noteY = H - 6
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="11" text-anchor="end" fill="#555555">lower is better; negative = within noise of direct</text>`+"\n", W-20, noteY)
 	b.WriteString("</svg>\n")
 	return b.String()
 }

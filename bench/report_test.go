@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// syntheticReport is a report of made-up measurements: every gateway
+// measured at each concurrency and in both stream modes, direct at 2 ms and
+// each gateway a fixed amount above it.
+func syntheticReport(conc []int, skip map[string]string) *report {
+	o := &options{conc: conc, rounds: 2, requests: 10, streamRounds: 2, burstStreams: 2, pacedStreams: 2,
+		chunkDelay: time.Millisecond, serviceTime: 2 * time.Millisecond, skipMicro: true}
+	r := &report{opts: o, started: time.Now(), latency: map[string]map[int]*latencyCell{},
+		streams: map[string]map[string]*streamCell{}}
+	extra := map[string]time.Duration{"direct": 0, "nginx": 100 * time.Microsecond, "portkey": 3 * time.Millisecond,
+		"switchyard": 300 * time.Microsecond, "switchyard-grpc": 700 * time.Microsecond}
+	for _, m := range streamModes(o) {
+		r.streams[m.name] = map[string]*streamCell{}
+	}
+	for _, name := range append([]string{"direct"}, gateways...) {
+		s := &system{name: name, skip: skip[name]}
+		r.systems = append(r.systems, s)
+		if s.skip != "" {
+			continue
+		}
+		r.latency[name] = map[int]*latencyCell{}
+		for _, c := range conc {
+			d := 2*time.Millisecond + extra[name]
+			r.latency[name][c] = &latencyCell{lat: []time.Duration{d, d, d}, roundP50: []time.Duration{d, d}, wall: time.Second}
+		}
+		for _, m := range streamModes(o) {
+			t := 2*time.Millisecond + extra[name]
+			r.streams[m.name][name] = &streamCell{res: []streamResult{{ttfb: t, gap: time.Millisecond, total: 10 * t, events: 203}}}
+		}
+	}
+	return r
+}
+
+func renderTargets(r *report) string {
+	var b strings.Builder
+	r.writeTargets(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
+	return b.String()
+}
+
+// TestTargetsSwitchyardGRPC checks the switchyard-grpc lines of the Targets
+// section: one per concurrency ≤ 16 and percentile, and one per stream
+// mode, with its own figures and a verdict, after switchyard's.
+func TestTargetsSwitchyardGRPC(t *testing.T) {
+	r := syntheticReport([]int{1, 16, 64}, nil)
+	out := renderTargets(r)
+	for _, want := range []string{
+		"- p50 added ≤ 0.5 ms at concurrency 1: **met** — 0.300 ms, by 0.200 ms",
+		"- " + grpcLabel + ", p50 added ≤ 0.5 ms at concurrency 1: **missed** — 0.700 ms, by 0.200 ms",
+		"- " + grpcLabel + ", p99 added ≤ 1.0 ms at concurrency 16: **met** — 0.700 ms, by 0.300 ms",
+		"- " + grpcLabel + ", back-to-back, added TTFB p50 ≤ 1 ms: **met** — 0.700 ms, by 0.300 ms",
+		"- " + grpcLabel + ", paced, added TTFB p50 ≤ 1 ms: **met** — 0.700 ms, by 0.300 ms",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("targets lack %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "- "+grpcLabel+", p50 added") + strings.Count(out, "- "+grpcLabel+", p99 added"); n != 4 {
+		t.Errorf("%d switchyard-grpc latency lines, want 4 (concurrency 1 and 16, p50 and p99)", n)
+	}
+	if strings.Contains(out, "concurrency 64") {
+		t.Errorf("a target line for concurrency 64:\n%s", out)
+	}
+	if i, j := strings.Index(out, "- p50 added"), strings.Index(out, "- "+grpcLabel); i < 0 || j < i {
+		t.Errorf("switchyard-grpc lines do not follow switchyard's")
+	}
+	if strings.Contains(out, "NaN") {
+		t.Errorf("NaN in targets:\n%s", out)
+	}
+
+	r = syntheticReport([]int{1}, map[string]string{"switchyard-grpc": "not run: left out with -systems"})
+	out = renderTargets(r)
+	for _, want := range []string{
+		"- " + grpcLabel + ", p50 ≤ 0.5 ms at concurrency 1: **not evaluated** (switchyard-grpc not run: left out with -systems)",
+		"- " + grpcLabel + ", paced, added TTFB p50 ≤ 1 ms: **not evaluated** (switchyard-grpc not run: left out with -systems)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("targets lack %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestSVGFourGateways checks that the plot has a bar per gateway and
+// concurrency, each gateway in its own colour and in the legend.
+func TestSVGFourGateways(t *testing.T) {
+	r := syntheticReport([]int{1, 16, 64}, nil)
+	svg := r.svg()
+	colors := map[string]bool{}
+	for _, name := range gateways {
+		c := seriesColors[name]
+		if c == "" || colors[c] {
+			t.Errorf("%s has no colour of its own (%q)", name, c)
+		}
+		colors[c] = true
+		if n := strings.Count(svg, `fill="`+c+`"><title>`+name+" "); n != 2*3 {
+			t.Errorf("%s: %d bars, want 6", name, n)
+		}
+		if !strings.Contains(svg, `font-size="13">`+name+"</text>") {
+			t.Errorf("%s not in the legend", name)
+		}
+	}
+	if strings.Contains(svg, "NaN") {
+		t.Error("NaN in the SVG")
+	}
+}
