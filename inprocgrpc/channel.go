@@ -26,12 +26,15 @@ package inprocgrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,6 +59,10 @@ const defaultMaxRecv = 4 << 20
 // it serves. Register services before the first call.
 type Channel struct {
 	maxRecv int
+	// work hands a stream's handler to an idle worker (unbuffered: a send
+	// succeeds only when one is waiting).
+	work    chan func()
+	workers chan struct{} // tokens: at most cap(workers) workers
 
 	mu       sync.RWMutex
 	services map[string]*service
@@ -74,7 +81,8 @@ var (
 
 // New returns a Channel with no services.
 func New(opts Options) *Channel {
-	c := &Channel{maxRecv: opts.MaxRecvMsgSize, services: map[string]*service{}}
+	c := &Channel{maxRecv: opts.MaxRecvMsgSize, services: map[string]*service{},
+		work: make(chan func()), workers: make(chan struct{}, 4*runtime.GOMAXPROCS(0))}
 	if c.maxRecv <= 0 {
 		c.maxRecv = defaultMaxRecv
 	}
@@ -168,8 +176,44 @@ func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 	st.server.st = st
 	st.client.st = st
 	st.serverCtx, st.cancel = serverContext(ctx, method, transportStream{&st.server})
-	go st.serve(sd.Handler, s.impl)
+	c.run(func() { st.serve(sd.Handler, s.impl) })
 	return &st.client, nil
+}
+
+// workerIdle is how long a stream worker waits for work before it exits.
+const workerIdle = 30 * time.Second
+
+// run runs a stream's handler on a worker goroutine, as grpc.Server does
+// with NumStreamWorkers: a worker's stack has already grown to what the
+// handler needs, where a fresh goroutine per stream copies its stack as it
+// grows, every time. With every worker busy, f gets a goroutine of its own.
+func (c *Channel) run(f func()) {
+	select {
+	case c.work <- f:
+		return
+	default:
+	}
+	select {
+	case c.workers <- struct{}{}:
+		go c.worker(f)
+	default:
+		go f()
+	}
+}
+
+func (c *Channel) worker(f func()) {
+	defer func() { <-c.workers }()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		f()
+		idle.Reset(workerIdle)
+		select {
+		case f = <-c.work:
+		case <-idle.C:
+			return
+		}
+	}
 }
 
 // serverContext is a handler's context: the client's deadline and
@@ -186,12 +230,21 @@ func serverContext(client context.Context, method string, sts grpc.ServerTranspo
 	}
 	ctx = grpc.NewContextWithServerTransportStream(ctx, sts)
 	var cancel context.CancelFunc
-	if d, ok := client.Deadline(); ok {
+	d, hasDeadline := client.Deadline()
+	if hasDeadline {
 		ctx, cancel = context.WithDeadline(ctx, d)
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}
-	stop := context.AfterFunc(client, cancel)
+	stop := context.AfterFunc(client, func() {
+		// Past the deadline ctx's own timer ends it with DeadlineExceeded,
+		// as the client sees; cancelling could beat the timer and make a
+		// handler returning ctx.Err() end the call as Canceled.
+		if hasDeadline && errors.Is(client.Err(), context.DeadlineExceeded) {
+			return
+		}
+		cancel()
+	})
 	return ctx, func() { stop(); cancel() }
 }
 

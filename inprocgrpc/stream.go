@@ -40,17 +40,19 @@ func (st *stream) serve(h grpc.StreamHandler, impl any) {
 	err := h(impl, &st.server)
 	end := io.EOF
 	if err != nil {
-		end = status.Convert(err).Err()
+		end = handlerStatus(err)
 	}
 	st.end(end)
 }
 
 // end finishes the call: the client reads what is queued, then end; the
-// server's context is cancelled, as gRPC does when an RPC is over.
+// server's context is cancelled, as gRPC does when an RPC is over. A
+// handler still receiving gets err too, not the io.EOF of a CloseSend,
+// which would tell it the client had finished cleanly.
 func (st *stream) end(err error) {
 	st.sendHeader(nil)
 	st.toClient.close(err)
-	st.toServer.close(io.EOF)
+	st.toServer.close(err)
 	st.cancel()
 }
 
@@ -98,8 +100,9 @@ func (c *clientStream) CloseSend() error {
 // and RecvMsg says how it ended.
 func (c *clientStream) SendMsg(m any) error {
 	st := c.st
-	if err := st.clientCtx.Err(); err != nil {
-		return status.FromContextError(err).Err()
+	if st.clientCtx.Err() != nil {
+		// The call is over; RecvMsg says how, as with grpc-go.
+		return io.EOF
 	}
 	pm, ok := m.(proto.Message)
 	if !ok {
@@ -129,7 +132,9 @@ func (c *clientStream) RecvMsg(m any) error {
 		return err
 	}
 	if err := moveMessage(m, msg, st.clientMaxRecv); err != nil {
-		// The client refuses the message and cancels the call.
+		// The client refuses the message and cancels the call, which
+		// the handler sees as a cancellation, as over a wire.
+		st.toServer.close(status.FromContextError(context.Canceled).Err())
 		st.end(err)
 		return err
 	}
