@@ -24,6 +24,8 @@ var microSpecs = []microSpec{
 	{"./sse", "^BenchmarkFeed$", "sse: splitting one chunk into events"},
 	{"./keys", "^BenchmarkCacheLookup$", "keys: hot-path key lookup (LRU hit)"},
 	{"./dataplane", "^(BenchmarkProxyPassthrough|BenchmarkProxyExtProc)$", "dataplane: a 1 KiB request through the proxy alone, and with the ext_proc round trips (in-process, parallel)"},
+	{"./inprocgrpc", "^BenchmarkProcessExchange$", "inprocgrpc: one ext_proc stream of 5 request-headers exchanges, over loopback TCP gRPC and on the in-process channel"},
+	{"./e2e", "^BenchmarkGatewayChat$", "e2e: one chat completion at a time through the whole in-process gateway (data plane, extproc, rate limits, access log) to a fake that answers at once, with the in-process channel and with loopback gRPC"},
 }
 
 type microResult struct {

@@ -48,7 +48,7 @@ type stackOptions struct {
 
 // newStack starts a gateway whose only provider is a fake OpenAI upstream that
 // records what reaches it.
-func newStack(t *testing.T, o stackOptions) *stack {
+func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	providerKey := "prov-" + strings.Repeat("z", 20) + fmt.Sprint(time.Now().UnixNano())
 	t.Setenv(providerKeyEnv, providerKey)
