@@ -20,8 +20,9 @@
 //     server side) fail the call with ResourceExhausted;
 //   - unknown services and methods fail with Unimplemented.
 //
-// Interceptors, compression and server-side grpc.SetHeader are not
-// offered: nothing in this gateway uses them over this channel.
+// Interceptors and compression are not offered, and a unary handler's
+// grpc.SetHeader and SetTrailer are accepted but not delivered: nothing in
+// this gateway uses them over this channel.
 package inprocgrpc
 
 import (
@@ -151,7 +152,7 @@ func (c *Channel) Invoke(ctx context.Context, method string, args, reply any, op
 	return copyMessage(reply, out, callMaxRecv(opts))
 }
 
-// NewStream opens a streaming call; the handler runs in its own goroutine.
+// NewStream opens a streaming call; the handler runs on a worker goroutine.
 func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	s, name, err := c.lookup(method)
 	if err != nil {
@@ -270,19 +271,38 @@ func callMaxRecv(opts []grpc.CallOption) int {
 }
 
 // copyMessage deep-copies src into dst, as receiving it would, failing
-// with ResourceExhausted when its encoding is over limit.
+// with ResourceExhausted when its encoding is over limit. A unary call's
+// messages are copied this way: the caller is blocked in Invoke while its
+// request is read, and a handler is done with its reply once it returns.
 func copyMessage(dst, src any, limit int) error {
 	s, ok := src.(proto.Message)
 	if !ok {
 		return status.Errorf(codes.Internal, "inprocgrpc: messages must be protocol buffers, got %T", src)
 	}
-	return moveMessage(dst, proto.Clone(s), limit)
+	return transfer(dst, s, limit, proto.Merge)
 }
 
-// moveMessage moves src, which nothing else references (a clone made when
-// it was sent), into dst: a shallow move of its fields, so a message is
+// moveMessage moves src, which nothing else references (the clone a
+// stream's SendMsg made, since the sender may reuse its message at once),
+// into dst: a shallow move of its fields, so a streamed message is
 // deep-copied once on its way, not twice.
 func moveMessage(dst any, src proto.Message, limit int) error {
+	return transfer(dst, src, limit, func(d, s proto.Message) {
+		dm := d.ProtoReflect()
+		sm := s.ProtoReflect()
+		sm.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			dm.Set(fd, v)
+			return true
+		})
+		if u := sm.GetUnknown(); len(u) > 0 {
+			dm.SetUnknown(u)
+		}
+	})
+}
+
+// transfer checks what receiving src into dst would (type, size limit),
+// then resets dst and fills it with fill.
+func transfer(dst any, src proto.Message, limit int, fill func(dst, src proto.Message)) error {
 	d, ok := dst.(proto.Message)
 	if !ok {
 		return status.Errorf(codes.Internal, "inprocgrpc: messages must be protocol buffers, got %T", dst)
@@ -292,18 +312,11 @@ func moveMessage(dst any, src proto.Message, limit int) error {
 			return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, limit)
 		}
 	}
-	dm, sm := d.ProtoReflect(), src.ProtoReflect()
-	if dm.Descriptor() != sm.Descriptor() {
-		return status.Errorf(codes.Internal, "inprocgrpc: received %s into %s", sm.Descriptor().FullName(), dm.Descriptor().FullName())
+	if dn, sn := d.ProtoReflect().Descriptor().FullName(), src.ProtoReflect().Descriptor().FullName(); dn != sn {
+		return status.Errorf(codes.Internal, "inprocgrpc: received %s into %s", sn, dn)
 	}
 	proto.Reset(d)
-	sm.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		dm.Set(fd, v)
-		return true
-	})
-	if u := sm.GetUnknown(); len(u) > 0 {
-		dm.SetUnknown(u)
-	}
+	fill(d, src)
 	return nil
 }
 
