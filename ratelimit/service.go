@@ -39,8 +39,9 @@ type Options struct {
 // Server is envoyproxy/ratelimit's RLS service (service.NewService), the
 // very logic its own binary runs, embedded so it can be registered on a
 // grpc.Server of ours. Calls are answered by decide, which makes the
-// service's decision without the cost of its entry point's tracing. Its runner is not used: it calls os.Exit on signals
-// and exits fatally on a port clash, neither acceptable inside the gateway.
+// service's decision without the cost of its entry point's tracing. Its
+// runner is not used: it calls os.Exit on signals and exits fatally on a
+// port clash, neither acceptable inside the gateway.
 //
 // Configuration comes from SetConfig, usually through ConfigHandler, the xDS
 // handler for resourcev3.RateLimitConfigType, so the embedded service and a
