@@ -11,6 +11,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -38,18 +39,27 @@ var ErrNewerSchema = errors.New("database schema is newer than this binary suppo
 // Versions are kept per component in a schema_versions table, so several
 // components may share one file.
 func Open(ctx context.Context, path, component string, migrations []string) (*sql.DB, error) {
+	// A relative path is resolved here, once, against the working directory:
+	// the driver takes a file: URI, which has no relative form, so every
+	// caller passing make run's default ".data" would otherwise open
+	// "/.data/...".
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitedb: %s: %w", path, err)
+	}
+	path = abs
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("sqlitedb: %w", err)
+		return nil, fmt.Errorf("sqlitedb: create data directory %s: %w%s", filepath.Dir(path), err, hint(err))
 	}
 	// Create the file ourselves: SQLite would create it with 0644 (less the
 	// umask), and it copies the main file's mode to the -wal and -shm files,
 	// so getting this one right covers all three.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitedb: %w", err)
+		return nil, fmt.Errorf("sqlitedb: open %s: %w%s", path, err, hint(err))
 	}
 	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("sqlitedb: %w", err)
+		return nil, fmt.Errorf("sqlitedb: %s: %w", path, err)
 	}
 	db, err := sql.Open("sqlite", DSN(path))
 	if err != nil {
@@ -67,9 +77,24 @@ func Open(ctx context.Context, path, component string, migrations []string) (*sq
 	})
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("sqlitedb: %s: %w", path, err)
+		return nil, fmt.Errorf("sqlitedb: %s: %w%s", path, err, hint(err))
 	}
 	return db, nil
+}
+
+// hint names the likely cause of an error opening a database file, for the
+// operator reading the start-up failure.
+func hint(err error) string {
+	var se *sqlite.Error
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		return " (hint: the user running switchyard cannot write there; choose another --data-dir or fix its owner)"
+	case errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CANTOPEN:
+		return " (hint: the directory must exist and be writable, and -wal/-shm files beside the database must be writable by this user)"
+	case errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_READONLY:
+		return " (hint: the database or its directory is read-only for this user)"
+	}
+	return ""
 }
 
 // DSN is the modernc.org/sqlite data source name for the file at path. The
@@ -88,6 +113,9 @@ func DSN(path string) string {
 	// lock upgrade, and SQLite then fails one with SQLITE_BUSY without
 	// consulting busy_timeout.
 	q.Set("_txlock", "immediate")
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
 	p := filepath.ToSlash(path)
 	if !strings.HasPrefix(p, "/") {
 		p = "/" + p // Windows drive paths: file:///C:/...

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -88,5 +89,36 @@ func TestDSNEscapesPath(t *testing.T) {
 	want := "file:///data/odd%3Fdir%25/x.db?_busy_timeout=5000&_txlock=immediate"
 	if got != want {
 		t.Errorf("DSN = %q, want %q", got, want)
+	}
+}
+
+// make run passes the relative ".data": Open must resolve it against the
+// working directory, not the file system root.
+func TestOpenRelativePath(t *testing.T) {
+	t.Chdir(t.TempDir())
+	db, err := Open(context.Background(), filepath.Join(".data", "x.db"), "test", []string{`CREATE TABLE t (x INTEGER) STRICT`})
+	if err != nil {
+		t.Fatalf("Open relative path: %v", err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO t VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(".data", "x.db-wal")); err != nil {
+		t.Errorf("the WAL is not beside the relative path: %v", err)
+	}
+}
+
+func TestOpenErrorNamesPathAndCause(t *testing.T) {
+	dir := t.TempDir()
+	blocker := filepath.Join(dir, "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A data "directory" that is a file cannot be created by anyone, root
+	// included, so this runs the same either way.
+	_, err := Open(context.Background(), filepath.Join(blocker, "x.db"), "test", nil)
+	if err == nil || !strings.Contains(err.Error(), blocker) {
+		t.Fatalf("Open under a file: %v, want an error naming %s", err, blocker)
 	}
 }
