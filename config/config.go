@@ -276,14 +276,23 @@ func Parse(name string, data []byte) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	// Type errors do not stop the decoder: it fills what it can, so the
+	// validation below still runs and every problem is reported at once.
+	var errs []error
 	if err := dec.Decode(&c); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		errs = decodeErrors(name, &root, err)
 	}
 	v := validator{file: name, root: root.Content[0]}
 	c.applyDefaults()
 	v.check(&c)
-	if len(v.errs) > 0 {
-		return nil, errors.Join(v.errs...)
+	errs = append(errs, v.errs...)
+	if len(errs) > 0 {
+		sortByLine(errs)
+		return nil, errors.Join(errs...)
 	}
 	return &c, nil
 }

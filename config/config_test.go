@@ -45,7 +45,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"bad kind", [2]string{"kind: openai", "kind: carrier-pigeon"}, []string{"test.yaml:6:", "providers[0].kind"}},
 		{"bad url", [2]string{"http://127.0.0.1:9/v1", "ftp://x"}, []string{"test.yaml:7:", "providers[0].base_url"}},
 		{"bad model id", [2]string{"id: acme/m1", "id: m1"}, []string{"test.yaml:9:", "models[0].id", "<vendor>/<model>"}},
-		{"unknown field", [2]string{"kind: openai", "kind: openai\n    colour: red"}, []string{"line 7", "colour"}},
+		{"unknown field", [2]string{"kind: openai", "kind: openai\n    colour: red"}, []string{"test.yaml:7:", "providers[0].colour", `unknown field "colour"`}},
 		{"missing upstream", [2]string{"upstream_model: m1", "upstream_model: \"\""}, []string{"test.yaml:12:", "upstream_model", "required"}},
 		{"bad address", [2]string{"127.0.0.1:8080", "nowhere"}, []string{"test.yaml:3:", "listeners[0].address"}},
 		{"listener host name", [2]string{"127.0.0.1:8080", "gateway.example.com:8080"}, []string{"test.yaml:3:", "listeners[0].address", "IP address"}},
@@ -53,7 +53,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"bad tokenizer", [2]string{"- id: acme/m1", "- id: acme/m1\n    tokenizer: gpt2"}, []string{"test.yaml:10:", "models[0].tokenizer"}},
 		{"negative weight", [2]string{"upstream_model: m1", "upstream_model: m1\n        weight: -1"}, []string{"test.yaml:13:", "weight"}},
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
-		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"line 10", "lots"}},
+		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"test.yaml:10:", "models[0].context_window", `"lots" is not a whole number`}},
+		{"duration in words", [2]string{"- id: acme/m1", "- id: acme/m1\n    first_byte_timeout: 30 seconds"}, []string{"test.yaml:10:", "models[0].first_byte_timeout", "durations look like 30s"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
 	}
 	for _, tt := range tests {
@@ -72,6 +73,55 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 	}
 	if _, err := Parse("test.yaml", []byte(good)); err != nil {
 		t.Fatalf("good config rejected: %v", err)
+	}
+}
+
+// A type error must not hide the others: every problem of the file is
+// reported at once, in file order, with no Go type names.
+func TestParseReportsEveryProblemAtOnce(t *testing.T) {
+	src := strings.Replace(good, "kind: openai", "kind: carrier-pigeon\n    colour: red", 1)
+	src = strings.Replace(src, "- id: acme/m1", "- id: acme/m1\n    context_window: lots\n    first_byte_timeout: 30 seconds", 1)
+	_, err := Parse("test.yaml", []byte(src))
+	if err == nil {
+		t.Fatal("Parse succeeded")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{"providers[0].kind", "providers[0].colour", "models[0].context_window", "models[0].first_byte_timeout"}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%s", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("problem %d = %q, want it about %s", i, lines[i], w)
+		}
+		for _, goName := range []string{"int64", "time.Duration", "config.", "!!str"} {
+			if strings.Contains(lines[i], goName) {
+				t.Errorf("problem %q shows the Go name %q", lines[i], goName)
+			}
+		}
+	}
+}
+
+func TestMissingCredentials(t *testing.T) {
+	c, err := Parse("test.yaml", []byte(strings.Replace(good, "kind: openai", "kind: openai\n    api_key_env: ACME_KEY", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	if got := c.MissingCredentials(getenv); len(got) != 1 || !strings.Contains(got[0], "ACME_KEY") || !strings.Contains(got[0], `"p1"`) {
+		t.Errorf("MissingCredentials = %q, want one line naming p1 and ACME_KEY", got)
+	}
+	env["ACME_KEY"] = "k"
+	if got := c.MissingCredentials(getenv); len(got) != 0 {
+		t.Errorf("MissingCredentials with the variable set = %q", got)
+	}
+	d, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.MissingCredentials(func(string) string { return "" }); len(got) != 0 {
+		t.Errorf("the demo upstreams' generated credentials reported missing: %q", got)
 	}
 }
 

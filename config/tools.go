@@ -73,3 +73,37 @@ func (v *validator) checkTools(c *Config) {
 		}
 	}
 }
+
+// MissingCredentials lists, one line each, every credential environment
+// variable the configuration names (providers' and tools' api_key_env) that
+// getenv reports empty, except for vendors that are the config's own demo
+// upstreams (the gateway generates those). The gateway serves without them
+// (the provider's models fail over or answer 503; the tool fails); validate
+// reports them.
+func (c *Config) MissingCredentials(getenv func(string) string) []string {
+	var missing []string
+	for _, p := range c.Providers {
+		if p.APIKeyEnv != "" && getenv(p.APIKeyEnv) == "" && !c.IsDemoUpstream(p.BaseURL) {
+			missing = append(missing, fmt.Sprintf("provider %q: environment variable %s (api_key_env) is not set", p.Name, p.APIKeyEnv))
+		}
+	}
+	if ws := c.Tools.WebSearch; ws != nil && ws.APIKeyEnv != "" && getenv(ws.APIKeyEnv) == "" && !c.IsDemoUpstream(ws.BaseURL) {
+		missing = append(missing, fmt.Sprintf("tools.web_search: environment variable %s (api_key_env) is not set", ws.APIKeyEnv))
+	}
+	return missing
+}
+
+// IsDemoUpstream reports whether baseURL points at one of the demo
+// upstreams the gateway starts itself.
+func (c *Config) IsDemoUpstream(baseURL string) bool {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return false
+	}
+	for _, d := range c.DemoUpstreams {
+		if u.Host == d.Listen {
+			return true
+		}
+	}
+	return false
+}

@@ -197,9 +197,10 @@ func (d *DataPlane) compile(res Resources) (*snapshot, error) {
 		return nil, err
 	}
 	for _, w := range ignoredFeatures(res) {
-		// Info, not a warning: the control plane generates these for Envoy
-		// (circuit breakers, outlier detection), so every update has them.
-		d.log.Info("xDS setting not implemented by the data plane; ignored", "setting", w)
+		// Debug: the control plane generates these for Envoy (health
+		// checks, circuit breakers), so every healthy start has a dozen,
+		// and a start's WARN or ERROR lines must always mean something.
+		d.log.Debug("xDS setting not implemented by the data plane; ignored", "setting", w)
 	}
 	return snap, nil
 }

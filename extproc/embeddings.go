@@ -272,6 +272,9 @@ func (st *stream) embeddingsBody(ctx context.Context, body []byte) *extprocv3.Pr
 		return immediate(&apierror.Error{Status: http.StatusBadRequest, Code: "unsupported_parameter", Param: "dimensions",
 			Message: fmt.Sprintf("The model `%s` does not support specifying dimensions.", clip(mr.id))})
 	}
+	if mr.unavailable != nil {
+		return immediate(mr.unavailable)
+	}
 	edits, estimate := st.truncateInputs(body, &req, mr)
 	if resp := st.admit(ctx, func() int64 { return estimate }); resp != nil {
 		return resp

@@ -388,6 +388,9 @@ func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.Processi
 	if !mr.chat {
 		return immediate(unsupportedModel(mr.id, opChat))
 	}
+	if mr.unavailable != nil {
+		return immediate(mr.unavailable)
+	}
 	if resp := st.admit(ctx, func() int64 { return estimatePromptTokens(body, &req) }); resp != nil {
 		return resp
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/config"
 )
 
 // routed opens a stream and takes it through the request phases.
@@ -327,28 +328,65 @@ func TestNoSecretsInLogs(t *testing.T) {
 }
 
 func TestCatalog(t *testing.T) {
-	t.Run("empty credential rejected", func(t *testing.T) {
+	t.Run("empty credential takes down only its provider", func(t *testing.T) {
 		s := New(Options{Keys: testKeys(), Getenv: func(string) string { return "" }})
-		err := s.SetCatalog(testCatalog())
-		if err == nil || !strings.Contains(err.Error(), providerEnv) {
-			t.Fatalf("err = %v", err)
+		c := testCatalog()
+		c.Models = append(c.Models, config.Model{ID: "openai/only", Providers: []config.ModelProvider{{Provider: "openai", UpstreamModel: "gpt-4o"}}})
+		if err := s.SetCatalog(c); err != nil {
+			t.Fatalf("a missing credential rejected the whole catalog: %v", err)
 		}
-		if s.Ready() {
-			t.Error("Ready after a rejected catalog")
+		if !s.Ready() {
+			t.Fatal("not Ready")
+		}
+		rt := s.routes.Load()
+		if got := rt.models["openai/only"].unavailable; got == nil || got.Status != 503 {
+			t.Errorf("model whose only provider lacks its credential: unavailable = %v, want a 503", got)
+		}
+		if ts := rt.models["openai/gpt-4o"].targets; len(ts) != 1 || ts[0].provider.name != "local" {
+			t.Errorf("model with a fallback: targets %v, want only the provider with a credential", ts)
+		}
+		if rt.models["local/llama"].unavailable != nil || len(rt.models["local/llama"].targets) != 1 {
+			t.Error("a model whose provider needs no credential was affected")
 		}
 	})
-	t.Run("rejected update keeps the previous catalog", func(t *testing.T) {
+	t.Run("missing credential answers 503 through the stream", func(t *testing.T) {
+		h := newHarness(t, false)
+		h.srv.getenv = func(string) string { return "" }
+		c := testCatalog()
+		c.Models = append(c.Models, config.Model{ID: "openai/only", Providers: []config.ModelProvider{{Provider: "openai", UpstreamModel: "gpt-4o"}}})
+		if err := h.srv.SetCatalog(c); err != nil {
+			t.Fatal(err)
+		}
+		e := h.open(t)
+		if r := e.do(chatHeaders(goodKey)); r.GetRequestHeaders() == nil {
+			t.Fatalf("headers rejected: %v", r)
+		}
+		msg := wantImmediate(t, e.do(reqBody(chatBody("openai/only"))), 503, "provider_unavailable", "")
+		if strings.Contains(msg, providerEnv) {
+			t.Errorf("the 503 names the server's environment variable to the client: %s", msg)
+		}
+		routed(t, h, chatBody("local/llama"))
+		if !strings.Contains(h.logs.String(), providerEnv) {
+			t.Errorf("the operator's log does not name the missing variable:\n%s", h.logs.String())
+		}
+	})
+	t.Run("bad credential is not used", func(t *testing.T) {
 		env := providerKey
 		s := New(Options{Keys: testKeys(), Getenv: func(string) string { return env }})
 		if err := s.SetCatalog(testCatalog()); err != nil {
 			t.Fatal(err)
 		}
-		env = "bad\nvalue"
-		if err := s.SetCatalog(testCatalog()); err == nil {
-			t.Fatal("credential with a newline accepted")
-		}
 		if got := s.routes.Load().models["openai/gpt-4o"].targets[0].provider.authorization; got != "Bearer "+providerKey {
 			t.Errorf("authorization = %q", got)
+		}
+		env = "bad\nvalue"
+		if err := s.SetCatalog(testCatalog()); err != nil {
+			t.Fatal(err)
+		}
+		for _, tg := range s.routes.Load().models["openai/gpt-4o"].targets {
+			if tg.provider.name == "openai" {
+				t.Error("a provider whose credential has a newline is still routed to")
+			}
 		}
 	})
 	t.Run("RTDS handler", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/providers/anthropic"
@@ -79,6 +81,11 @@ type provider struct {
 	basePath string
 	// credential is the provider's secret ("" when it takes none).
 	credential string
+	// missing says why the provider cannot be used ("" when it can): its
+	// credential is unset or unusable. Such a provider is left out of every
+	// model's targets, so its models fail over or answer 503, and the rest
+	// of the catalog keeps serving.
+	missing string
 	// authorization is "Bearer <credential>" for OpenAI-kind providers.
 	authorization string
 	health        *providerHealth
@@ -105,7 +112,10 @@ type modelRoute struct {
 	// targets are in failover order: the home region's providers before
 	// the other region's, each by priority, then file order. Policies
 	// choose the first attempt among them (policy.go).
-	targets          []target
+	targets []target
+	// unavailable, when set, answers every request for the model: none of
+	// its providers has a usable credential.
+	unavailable      *apierror.Error
 	policy           routingPolicy
 	firstByteTimeout time.Duration
 	dropUnsupported  bool
@@ -156,9 +166,10 @@ func (m *modelRoute) target(provider string) *target {
 }
 
 // SetCatalog atomically replaces the routing state. It fails, keeping the
-// previous state, if the catalog is inconsistent or a provider's api_key_env
-// names an environment variable that is empty: a provider without its
-// credential would fail every request it is sent.
+// previous state, if the catalog is inconsistent. A provider whose
+// api_key_env names an empty variable is logged as an error and left out of
+// its models' targets: one missing credential must not take down every
+// model.
 func (s *Server) SetCatalog(c *catalog.Catalog) error {
 	if c == nil {
 		return errors.New("extproc: nil catalog")
@@ -181,6 +192,10 @@ func (s *Server) SetCatalog(c *catalog.Catalog) error {
 			continue
 		}
 		rt.providers[p.Name] = pr
+		if pr.missing != "" {
+			s.log.Error("extproc: provider unavailable; its models fail over to other providers or answer 503",
+				"provider", p.Name, "reason", pr.missing)
+		}
 	}
 	for i := range c.Models {
 		m := &c.Models[i]
@@ -233,11 +248,13 @@ func (s *Server) newProvider(p config.Provider) (*provider, error) {
 	cred := strings.TrimSpace(s.getenv(p.APIKeyEnv))
 	switch {
 	case cred == "":
-		return nil, fmt.Errorf("environment variable %s is empty or unset", p.APIKeyEnv)
+		pr.missing = fmt.Sprintf("environment variable %s (api_key_env) is empty or unset", p.APIKeyEnv)
+		return pr, nil
 	case !validHeaderValue(cred):
 		// Envoy rejects the whole mutation for an invalid header value;
-		// fail here, naming the variable, rather than on every request.
-		return nil, fmt.Errorf("environment variable %s holds characters not allowed in a header", p.APIKeyEnv)
+		// say so once, naming the variable, rather than on every request.
+		pr.missing = fmt.Sprintf("environment variable %s (api_key_env) holds characters not allowed in a header", p.APIKeyEnv)
+		return pr, nil
 	}
 	pr.credential = cred
 	if kind == kindOpenAI {
@@ -299,6 +316,7 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 	}
 	var rs []ranked
 	var errs []error
+	var missing []string
 	for i, mp := range m.Providers {
 		p, ok := rt.providers[mp.Provider]
 		if !ok {
@@ -307,6 +325,10 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 		}
 		if mp.UpstreamModel == "" {
 			errs = append(errs, fmt.Errorf("provider %q: empty upstream_model", mp.Provider))
+			continue
+		}
+		if p.missing != "" {
+			missing = append(missing, p.name+": "+p.missing)
 			continue
 		}
 		js, err := json.Marshal(mp.UpstreamModel)
@@ -351,6 +373,10 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 	})
 	for _, x := range rs {
 		r.targets = append(r.targets, x.t)
+	}
+	if len(r.targets) == 0 && len(missing) > 0 {
+		r.unavailable = apierror.Server(http.StatusServiceUnavailable, "provider_unavailable",
+			fmt.Sprintf("The model `%s` is not available: none of its providers is configured on this gateway.", m.ID))
 	}
 	listing, err := json.Marshal(modelObject{
 		ID: m.ID, Object: "model", Created: s.createdAt(m.ID, now), OwnedBy: ownedBy(m.ID),

@@ -96,9 +96,8 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		// A host that cannot isolate code (no namespaces: not root, or a
 		// container without the privileges) keeps serving everything else;
 		// requests using the tool get a 400 saying it is not available.
-		if err := r.Available(); err != nil {
-			log.Warn("code_interpreter is configured but unavailable", "error", err)
-		} else {
+		// sandbox.New has already logged why, once.
+		if r.Available() == nil {
 			bo.CodeInterpreter = r // never a nil *sandbox.Runner in the interface
 		}
 	}

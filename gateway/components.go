@@ -23,6 +23,7 @@ import (
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/extproc"
 	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/metrics"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
@@ -41,9 +42,12 @@ type Component struct {
 	metrics func(io.Writer) error
 }
 
-// WriteMetrics writes the component's metrics (extproc: rate-limiting
-// outcomes) in the Prometheus text format; nothing for components without.
+// WriteMetrics writes the component's metrics (the build info on every
+// component; extproc: rate-limiting outcomes) in the Prometheus text format.
 func (c *Component) WriteMetrics(w io.Writer) error {
+	if err := metrics.ReadBuild().WritePrometheus(w); err != nil {
+		return err
+	}
 	if c.metrics == nil {
 		return nil
 	}

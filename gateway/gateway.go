@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -121,6 +121,9 @@ type Gateway struct {
 	// configuration names its own.
 	Backends *Component
 	closers  []func()
+	// stop ends the background loops (xDS streams, key polls) before Close
+	// closes what they use, so shutting down logs no spurious failures.
+	stop context.CancelFunc
 }
 
 // Key cache bounds: a key lookup on the hot path is an LRU hit; a miss costs one
@@ -149,14 +152,22 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 			g.Close()
 		}
 	}()
+	if err := checkPlainListeners(cfg, opts); err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	g.closers = append(g.closers, cancel)
+	g.stop = cancel
 
 	if err := startDemoUpstreams(runCtx, cfg, g); err != nil {
 		return nil, err
 	}
-	if err := checkCredentials(cfg); err != nil {
-		return nil, err
+	// A missing credential takes down only what needs it: extproc leaves
+	// the provider out of its models' routes (and logs it); web_search
+	// answers its vendor's refusal as a tool error.
+	for _, m := range cfg.MissingCredentials(os.Getenv) {
+		if strings.HasPrefix(m, "tools.") {
+			log.Error("credential missing; the tool will fail", "problem", m)
+		}
 	}
 
 	store, err := keys.Open(ctx, opts.DataDir)
@@ -348,6 +359,9 @@ func startAdmin(g *Gateway, opts Options) error {
 		Config:  g.Control.Config,
 		Routing: g.Control,
 		Metrics: func(w io.Writer) error {
+			if err := metrics.ReadBuild().WritePrometheus(w); err != nil {
+				return err
+			}
 			if err := g.Requests.WritePrometheus(w); err != nil {
 				return err
 			}
@@ -397,6 +411,9 @@ func (g *Gateway) BaseURL() string {
 
 // Close stops every component, most recently started first.
 func (g *Gateway) Close() {
+	if g.stop != nil {
+		g.stop()
+	}
 	for i := len(g.closers) - 1; i >= 0; i-- {
 		g.closers[i]()
 	}
@@ -495,17 +512,29 @@ func startDemoUpstreams(ctx context.Context, cfg *config.Config, g *Gateway) err
 	return nil
 }
 
-func checkCredentials(cfg *config.Config) error {
-	var errs []error
-	for _, p := range cfg.Providers {
-		if p.APIKeyEnv != "" && os.Getenv(p.APIKeyEnv) == "" {
-			errs = append(errs, fmt.Errorf("provider %q: environment variable %s (api_key_env) is not set", p.Name, p.APIKeyEnv))
+// checkPlainListeners refuses, before anything starts, what the data plane
+// would refuse on its first xDS update: plain HTTP on a non-loopback address
+// without Insecure. Failing here says why at once instead of after the xDS
+// wait.
+func checkPlainListeners(cfg *config.Config, opts Options) error {
+	for i, l := range cfg.Listeners {
+		addr := l.Address
+		if i == 0 && opts.ListenOverride != "" {
+			addr = opts.ListenOverride
 		}
+		if l.TLS != nil || opts.Insecure || strings.HasPrefix(addr, "unix:") {
+			continue
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("gateway: listener %q: address %q: %w", l.Name, addr, err)
+		}
+		if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+			continue
+		}
+		return fmt.Errorf("gateway: listener %q on %s would serve plain HTTP on a non-loopback address, so API keys would cross the network in the clear: give the listener tls (cert_file, key_file) or pass --insecure", l.Name, addr)
 	}
-	if ws := cfg.Tools.WebSearch; ws != nil && ws.APIKeyEnv != "" && os.Getenv(ws.APIKeyEnv) == "" {
-		errs = append(errs, fmt.Errorf("tools.web_search: environment variable %s (api_key_env) is not set", ws.APIKeyEnv))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func randomSecret() string {

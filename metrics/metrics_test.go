@@ -101,3 +101,23 @@ func TestRequests(t *testing.T) {
 		t.Errorf("exposition: %v\n%s", err, b.String())
 	}
 }
+
+func TestBuildInfo(t *testing.T) {
+	b := Build{Version: "v1.2.3", Revision: "0123456789abcdef0123", Modified: true, GoVersion: "go1.26.8"}
+	if got, want := b.String(), "switchyard v1.2.3 (0123456789ab, modified) go1.26.8"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	var w strings.Builder
+	if err := b.WritePrometheus(&w); err != nil {
+		t.Fatal(err)
+	}
+	want := "# HELP switchyard_build_info The running build: module version, VCS revision and Go version.\n" +
+		"# TYPE switchyard_build_info gauge\n" +
+		`switchyard_build_info{goversion="go1.26.8",revision="0123456789abcdef0123-modified",version="v1.2.3"} 1` + "\n"
+	if w.String() != want {
+		t.Errorf("exposition =\n%s\nwant\n%s", w.String(), want)
+	}
+	if ReadBuild().GoVersion == "" {
+		t.Error("ReadBuild found no Go version in a test binary")
+	}
+}

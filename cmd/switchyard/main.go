@@ -11,14 +11,17 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/switchyard-ai/switchyard/metrics"
 )
 
 const usage = `switchyard: an OpenAI-compatible inference gateway
 
 Usage:
+  switchyard --version
   switchyard run [--config FILE] [--data-dir DIR] [--listen ADDR] [--region us|asia] [--insecure] [--demo-key]
                  [--admin-listen ADDR] [--admin-token-file FILE] [--ratelimit-addr ADDR] [--xds-listen ADDR]
-  switchyard validate [--config FILE]
+  switchyard validate [--config FILE] [--skip-credentials]
   switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models IDS] [--config FILE]
   switchyard keys list --data-dir DIR
   switchyard keys show --data-dir DIR KEY_OR_ID
@@ -61,6 +64,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tuneGC()
 	}
 	switch args[0] {
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, metrics.ReadBuild())
+		return nil
 	case "run":
 		return cmdRun(ctx, args[1:], stdout, stderr)
 	case "validate":

@@ -162,3 +162,44 @@ func TestRunPrintsWorkingCurl(t *testing.T) {
 		t.Errorf("curl output is not a chat completion: %s", res)
 	}
 }
+
+func TestValidateCredentials(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "creds.yaml")
+	src := strings.Replace(string(mustRead(t, "../../config/default.yaml")), "base_url: http://127.0.0.1:8091/v1", "base_url: https://api.openai.example/v1", 1)
+	if err := os.WriteFile(cfg, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SWITCHYARD_FAKE_OPENAI_KEY", "")
+	_, _, err := runCLI(t, "validate", "--config", cfg)
+	if err == nil || !strings.Contains(err.Error(), "SWITCHYARD_FAKE_OPENAI_KEY") || !strings.Contains(err.Error(), `"fake-openai"`) {
+		t.Errorf("validate with a provider's credential unset: %v; want it named", err)
+	}
+	if _, _, err := runCLI(t, "validate", "--config", cfg, "--skip-credentials"); err != nil {
+		t.Errorf("validate --skip-credentials: %v", err)
+	}
+	t.Setenv("SWITCHYARD_FAKE_OPENAI_KEY", "sk-test")
+	if out, _, err := runCLI(t, "validate", "--config", cfg); err != nil || !strings.Contains(out, "ok") {
+		t.Errorf("validate with the credential set: %v %s", err, out)
+	}
+}
+
+// A public listener without TLS fails at once, saying why, instead of after
+// the wait for the data plane's first configuration.
+func TestRunRefusesPlainPublicListenerAtOnce(t *testing.T) {
+	// The check runs before anything starts (the old failure was "no xDS
+	// configuration within 10s", after starting the demo upstreams on the
+	// default config's fixed ports).
+	_, _, err := runCLI(t, "run", "--data-dir", t.TempDir(), "--listen", "0.0.0.0:0", "--admin-listen", "")
+	if err == nil || !strings.Contains(err.Error(), "plain HTTP on a non-loopback address") || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("run on 0.0.0.0 without TLS: %v", err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "version"} {
+		out, _, err := runCLI(t, arg)
+		if err != nil || !strings.HasPrefix(out, "switchyard ") || !strings.Contains(out, "go1.") {
+			t.Errorf("%s: %v %q", arg, err, out)
+		}
+	}
+}

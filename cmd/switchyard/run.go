@@ -182,6 +182,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (default: the embedded configuration)")
+	skipCreds := fs.Bool("skip-credentials", false, "do not check that the credential environment variables the config names are set (for checking a file away from where it runs)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -195,6 +196,12 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	name := *cfgPath
 	if name == "" {
 		name = config.DefaultName
+	}
+	if missing := cfg.MissingCredentials(os.Getenv); len(missing) > 0 && !*skipCreds {
+		// The gateway would start and serve the rest; validate says what
+		// would not work, and fails so a deploy script notices.
+		return fmt.Errorf("%s: %d credential(s) missing (the gateway would serve without them; their providers' models fail over or answer 503):\n  %s",
+			name, len(missing), strings.Join(missing, "\n  "))
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d listeners, %d providers, %d models)\n", name, len(cfg.Listeners), len(cfg.Providers), len(cfg.Models))
 	return nil
