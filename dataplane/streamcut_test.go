@@ -125,7 +125,7 @@ func TestCutEventStream(t *testing.T) {
 			var ev struct {
 				Error struct {
 					Message, Type, Code string
-					Param              *string
+					Param               *string
 				}
 			}
 			if string(last.Name) != "error" || json.Unmarshal(last.Data, &ev) != nil || ev.Error.Code != tc.code ||
