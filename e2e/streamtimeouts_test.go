@@ -25,7 +25,8 @@ import (
 // newStallStack is a gateway in front of fakes that stall: before the
 // response head (a fault delay that outlasts every test) or after two
 // events, holding the connection until the gateway gives up, plus a
-// healthy one; the models have tiny first_byte_timeout and idle_timeout.
+// healthy one (the stack's recorded upstream); the models have tiny
+// first_byte_timeout and idle_timeout.
 func newStallStack(t *testing.T) *stack {
 	t.Helper()
 	upstreams := []struct {
@@ -42,6 +43,7 @@ func newStallStack(t *testing.T) *stack {
 		{"mid-anthropic", fake.KindAnthropic, fake.Fault{StallAfterChunks: 2}},
 		{"mid-gemini", fake.KindGemini, fake.Fault{StallAfterChunks: 2}},
 	}
+	var healthy *recorder
 	var yaml strings.Builder
 	yaml.WriteString("listeners:\n  - {name: public, address: 127.0.0.1:18080}\nproviders:\n")
 	for _, u := range upstreams {
@@ -51,6 +53,10 @@ func newStallStack(t *testing.T) *stack {
 		h, err := fake.Handler(u.kind, fake.Options{APIKey: cred, Fault: u.fault})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if u.name == "healthy" {
+			healthy = &recorder{next: h}
+			h = healthy
 		}
 		up := httptest.NewServer(h)
 		t.Cleanup(up.Close)
@@ -69,6 +75,7 @@ func newStallStack(t *testing.T) *stack {
     first_byte_timeout: 300ms
     idle_timeout: 5s
     providers: [{provider: head-stall, upstream_model: m}, {provider: healthy, upstream_model: m}]
+  - {id: stall/healthy, providers: [{provider: healthy, upstream_model: m}]}
   - {id: stall/openai, first_byte_timeout: 1s, idle_timeout: 1500ms, providers: [{provider: mid-openai, upstream_model: m}]}
   - {id: stall/anthropic, first_byte_timeout: 1s, idle_timeout: 1500ms, providers: [{provider: mid-anthropic, upstream_model: claude-m}]}
   - {id: stall/gemini, first_byte_timeout: 1s, idle_timeout: 1500ms, providers: [{provider: mid-gemini, upstream_model: gemini-m}]}
@@ -95,7 +102,7 @@ func newStallStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &stack{gw: gw, key: key, logs: logs}
+	return &stack{gw: gw, key: key, logs: logs, upstream: healthy}
 }
 
 // accessLine waits for the access log line of the request with id and
