@@ -426,6 +426,13 @@ func (s *Service) writeError(w http.ResponseWriter, id string, err error) {
 	var ue *upstreamError
 	if errors.As(err, &ue) {
 		s.log.Info("responses: gateway refused the model request", "response", id, "status", ue.status)
+		if ue.status == http.StatusBadRequest && gjson.GetBytes(ue.body, "error.code").Str == "context_length_exceeded" {
+			// The chat completion the input became is too long: name the
+			// Responses API's field, as OpenAI does, not the messages.
+			(&apierror.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "input",
+				Message: "Your input exceeds the context window of this model. Please adjust your input and try again."}).Write(w)
+			return
+		}
 		ue.write(w)
 		return
 	}
