@@ -72,7 +72,7 @@ func newStallStack(t *testing.T) *stack {
   - {id: stall/head-json, first_byte_timeout: 300ms, idle_timeout: 5s, providers: [{provider: head-stall-json, upstream_model: m}]}
   - {id: stall/head-sse, first_byte_timeout: 300ms, idle_timeout: 5s, providers: [{provider: head-stall-sse, upstream_model: m}]}
   - id: stall/failover
-    first_byte_timeout: 300ms
+    first_byte_timeout: 1s
     idle_timeout: 5s
     providers: [{provider: head-stall, upstream_model: m}, {provider: healthy, upstream_model: m}]
   - {id: stall/healthy, providers: [{provider: healthy, upstream_model: m}]}
