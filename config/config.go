@@ -77,6 +77,10 @@ type Limits struct {
 	MaxRequestBodyBytes   int64         `yaml:"max_request_body_bytes" json:"max_request_body_bytes,omitempty"`
 	ExtProcMessageTimeout time.Duration `yaml:"ext_proc_message_timeout" json:"ext_proc_message_timeout,omitempty"`
 	StreamIdleTimeout     time.Duration `yaml:"stream_idle_timeout" json:"stream_idle_timeout,omitempty"`
+	// FirstByteTimeout and ModelIdleTimeout are the defaults of the
+	// models' first_byte_timeout and idle_timeout.
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout" json:"first_byte_timeout,omitempty"`
+	ModelIdleTimeout time.Duration `yaml:"model_idle_timeout" json:"model_idle_timeout,omitempty"`
 }
 
 // DemoUpstream is a fake vendor endpoint the gateway process starts itself.
@@ -114,6 +118,12 @@ type Model struct {
 	// FirstByteTimeout bounds one attempt until response headers; past it
 	// the attempt fails over to the next provider.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout" json:"first_byte_timeout,omitempty"`
+	// IdleTimeout bounds the silence between two reads of the upstream's
+	// response (the model route's idle_timeout): a stream that stalls
+	// longer ends with an error event. As Envoy's route idle_timeout, it
+	// also runs while the response head is awaited, so it must exceed
+	// FirstByteTimeout for a stalled attempt to fail over.
+	IdleTimeout time.Duration `yaml:"idle_timeout" json:"idle_timeout,omitempty"`
 	// DropUnsupported drops request parameters a provider cannot honour
 	// instead of answering 400 naming them.
 	DropUnsupported bool `yaml:"drop_unsupported" json:"drop_unsupported,omitempty"`
@@ -216,6 +226,7 @@ const (
 	DefaultStreamIdleTimeout     = 5 * time.Minute
 	DefaultContextWindow         = 128000
 	DefaultFirstByteTimeout      = 30 * time.Second
+	DefaultModelIdleTimeout      = 60 * time.Second
 	DefaultConsecutiveFailures   = 3
 	DefaultOutlierInterval       = time.Second
 	DefaultBaseEjectionTime      = 10 * time.Second
@@ -311,6 +322,12 @@ func (c *Config) applyDefaults() {
 	if c.Limits.StreamIdleTimeout == 0 {
 		c.Limits.StreamIdleTimeout = DefaultStreamIdleTimeout
 	}
+	if c.Limits.FirstByteTimeout == 0 {
+		c.Limits.FirstByteTimeout = DefaultFirstByteTimeout
+	}
+	if c.Limits.ModelIdleTimeout == 0 {
+		c.Limits.ModelIdleTimeout = DefaultModelIdleTimeout
+	}
 	if c.OutlierDetection.ConsecutiveFailures == 0 {
 		c.OutlierDetection.ConsecutiveFailures = DefaultConsecutiveFailures
 	}
@@ -337,7 +354,10 @@ func (c *Config) applyDefaults() {
 			m.Routing = RoutingPriority
 		}
 		if m.FirstByteTimeout == 0 {
-			m.FirstByteTimeout = DefaultFirstByteTimeout
+			m.FirstByteTimeout = c.Limits.FirstByteTimeout
+		}
+		if m.IdleTimeout == 0 {
+			m.IdleTimeout = c.Limits.ModelIdleTimeout
 		}
 		for j := range m.Providers {
 			if m.Providers[j].Weight == 0 {
@@ -489,7 +509,7 @@ func (v *validator) check(c *Config) {
 	if c.Limits.MaxRequestBodyBytes < 1024 {
 		v.fail("must be at least 1024", "limits", "max_request_body_bytes")
 	}
-	if c.Limits.ExtProcMessageTimeout < 0 || c.Limits.StreamIdleTimeout < 0 {
+	if c.Limits.ExtProcMessageTimeout < 0 || c.Limits.StreamIdleTimeout < 0 || c.Limits.FirstByteTimeout < 0 || c.Limits.ModelIdleTimeout < 0 {
 		v.fail("durations must be positive", "limits")
 	}
 	if od := c.OutlierDetection; od.ConsecutiveFailures < 1 || od.Interval < time.Millisecond || od.BaseEjectionTime < time.Millisecond {
@@ -571,6 +591,16 @@ func (v *validator) check(c *Config) {
 		}
 		if m.FirstByteTimeout < 0 {
 			v.fail("must be positive", "models", i, "first_byte_timeout")
+		}
+		switch {
+		case m.IdleTimeout < 0:
+			v.fail("must be positive", "models", i, "idle_timeout")
+		case m.FirstByteTimeout > 0 && m.IdleTimeout <= m.FirstByteTimeout:
+			// Envoy's idle timeout also runs while the response head is
+			// awaited: not longer than the first-byte timeout, it would end
+			// a stalled attempt with 504 before it could fail over.
+			v.fail(fmt.Sprintf("must be longer than first_byte_timeout (%v): it also runs while the response head is awaited", m.FirstByteTimeout),
+				"models", i, "idle_timeout")
 		}
 		if pc := m.PromptCache; pc.LatencyTolerance < 0 || pc.LatencyTolerance > 10 {
 			v.fail("must be between 0 and 10 (a fraction of the best estimate)", "models", i, "prompt_cache", "latency_tolerance")

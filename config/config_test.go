@@ -55,6 +55,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
 		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"test.yaml:10:", "models[0].context_window", `"lots" is not a whole number`}},
 		{"duration in words", [2]string{"- id: acme/m1", "- id: acme/m1\n    first_byte_timeout: 30 seconds"}, []string{"test.yaml:10:", "models[0].first_byte_timeout", "durations look like 30s"}},
+		{"idle not above first byte", [2]string{"- id: acme/m1", "- id: acme/m1\n    first_byte_timeout: 90s"}, []string{"test.yaml:9:", "models[0].idle_timeout", "longer than first_byte_timeout (1m30s)"}},
+		{"negative idle", [2]string{"- id: acme/m1", "- id: acme/m1\n    idle_timeout: -1s"}, []string{"models[0].idle_timeout", "positive"}},
+		{"negative default", [2]string{"models:", "limits: {model_idle_timeout: -1s}\nmodels:"}, []string{"limits", "positive"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
 	}
 	for _, tt := range tests {
@@ -146,5 +149,35 @@ func TestOutlierDetectionDefaults(t *testing.T) {
 func TestEmptyConfigRejected(t *testing.T) {
 	if _, err := Parse("e.yaml", []byte("# nothing\n")); err == nil {
 		t.Fatal("empty config accepted")
+	}
+}
+
+func TestStreamTimeouts(t *testing.T) {
+	tests := []struct {
+		name                string
+		replace             [2]string
+		firstByte, idle     string
+		limitsFB, limitsIdl string
+	}{
+		{name: "defaults", firstByte: "30s", idle: "1m0s", limitsFB: "30s", limitsIdl: "1m0s"},
+		{name: "global defaults apply to models",
+			replace:   [2]string{"models:", "limits: {first_byte_timeout: 5s, model_idle_timeout: 20s}\nmodels:"},
+			firstByte: "5s", idle: "20s", limitsFB: "5s", limitsIdl: "20s"},
+		{name: "a model's own win",
+			replace:   [2]string{"- id: acme/m1", "- id: acme/m1\n    first_byte_timeout: 2m\n    idle_timeout: 3m"},
+			firstByte: "2m0s", idle: "3m0s", limitsFB: "30s", limitsIdl: "1m0s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse("test.yaml", []byte(strings.Replace(good, tt.replace[0], tt.replace[1], 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := c.Models[0]
+			if m.FirstByteTimeout.String() != tt.firstByte || m.IdleTimeout.String() != tt.idle ||
+				c.Limits.FirstByteTimeout.String() != tt.limitsFB || c.Limits.ModelIdleTimeout.String() != tt.limitsIdl {
+				t.Errorf("model %v/%v, limits %v/%v", m.FirstByteTimeout, m.IdleTimeout, c.Limits.FirstByteTimeout, c.Limits.ModelIdleTimeout)
+			}
+		})
 	}
 }

@@ -295,8 +295,8 @@ func TestBuildDefault(t *testing.T) {
 	if ra.GetTimeout() == nil || ra.GetTimeout().AsDuration() != 0 {
 		t.Errorf("route timeout = %v, want explicit 0s", ra.GetTimeout())
 	}
-	if ra.GetIdleTimeout().AsDuration() != cfg.Limits.StreamIdleTimeout {
-		t.Errorf("route idle_timeout = %v", ra.GetIdleTimeout())
+	if ra.GetIdleTimeout().AsDuration() != config.DefaultModelIdleTimeout {
+		t.Errorf("route idle_timeout = %v, want the model's idle_timeout %v", ra.GetIdleTimeout(), config.DefaultModelIdleTimeout)
 	}
 	if !ra.GetAutoHostRewrite().GetValue() {
 		t.Error("auto_host_rewrite is not true")

@@ -128,10 +128,11 @@ func modelRoute(cfg *config.Config, m config.Model, name, cluster string, header
 		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
 			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
 			// The default 15 s covers the whole response, which a long
-			// completion or an SSE stream exceeds; 0 disables it and
-			// idle_timeout catches stalled upstreams instead.
+			// completion or an SSE stream exceeds; 0 disables it and the
+			// model's idle_timeout catches stalled upstreams instead (the
+			// retry policy's per_try_timeout the ones that send no head).
 			Timeout:              durationpb.New(0),
-			IdleTimeout:          durationpb.New(cfg.Limits.StreamIdleTimeout),
+			IdleTimeout:          durationpb.New(m.IdleTimeout),
 			HostRewriteSpecifier: &routev3.RouteAction_AutoHostRewrite{AutoHostRewrite: wrapperspb.Bool(true)},
 			RetryPolicy:          RetryPolicy(m),
 		}},

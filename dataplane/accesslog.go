@@ -26,7 +26,13 @@ var accessFields = map[string]bool{
 // switchyard namespace (key id, model, provider, token counts).
 func (s *requestState) logAccess() {
 	ctx := context.Background()
-	if !s.log.Enabled(ctx, slog.LevelInfo) {
+	level := slog.LevelInfo
+	if s.streamCut {
+		// The client got the status line of a success and then an error
+		// event: an error nonetheless.
+		level = slog.LevelError
+	}
+	if !s.log.Enabled(ctx, level) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 16)
@@ -62,7 +68,7 @@ func (s *requestState) logAccess() {
 			attrs = append(attrs, slog.Any(k, plainValue(md.GetFields()[k])))
 		}
 	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "access", attrs...)
+	s.log.LogAttrs(ctx, level, "access", attrs...)
 }
 
 // plainValue turns a Struct value into a Go value; whole numbers (token

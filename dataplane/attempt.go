@@ -364,6 +364,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		return fail(err)
 	}
 	c.report(ep, upResp.StatusCode, time.Now(), s.log)
+	s.idle.touch() // the response head is activity, as in Envoy
 	rh := headerMap{{hdrStatus, strconv.Itoa(upResp.StatusCode)}}
 	rh.appendHTTPHeader(upResp.Header)
 	rh.stripHopByHop()

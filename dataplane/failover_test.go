@@ -568,7 +568,8 @@ func TestFailover(t *testing.T) {
 }
 
 // TestNoRetryAfterResponseStarted: once response bytes went downstream, a
-// failing upstream resets the client's stream; nothing is retried.
+// failing upstream ends the client's event stream with an error event
+// (cutEventStream); nothing is retried.
 func TestNoRetryAfterResponseStarted(t *testing.T) {
 	e := newFoEnv(t, map[string]http.HandlerFunc{
 		"a": func(w http.ResponseWriter, _ *http.Request) {
@@ -582,8 +583,12 @@ func TestNoRetryAfterResponseStarted(t *testing.T) {
 		"b": answer(200, `{"from":"b"}`),
 	}, foOpts{})
 	resp, body, err := e.post(`{}`)
-	if err == nil {
-		t.Fatalf("the truncated stream read cleanly: %d %s", resp.StatusCode, body)
+	if err != nil || !strings.HasPrefix(string(body), "data: {\"n\":1}\n\nevent: error\ndata: {\"error\":") ||
+		!strings.Contains(string(body), "upstream_reset_after_response_started") {
+		t.Fatalf("the truncated stream: %v %s, want the first event then an error event", err, body)
+	}
+	if resp.StatusCode != 200 {
+		t.Errorf("status %d", resp.StatusCode)
 	}
 	if e.seen("b") != 0 {
 		t.Error("retried after the response started")

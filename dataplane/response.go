@@ -3,9 +3,11 @@ package dataplane
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/textproto"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
 	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/sse"
 )
 
 // response is what the router hands back to the filter chain: an upstream
@@ -231,6 +234,9 @@ func (s *requestState) copyBody(src io.Reader) bool {
 func (s *requestState) writeChunk(b []byte) bool {
 	n, err := s.w.Write(b)
 	s.bytesSent += int64(n)
+	if s.eventStream {
+		s.keepTail(b[:n])
+	}
 	if err != nil {
 		s.detail = "downstream_remote_disconnect"
 		return false
@@ -283,6 +289,7 @@ func (s *requestState) writeHeaders(h headerMap) {
 	}
 	s.status = status
 	s.wroteHeader = true
+	s.eventStream = strings.HasPrefix(strings.TrimSpace(strings.ToLower(out.Get("Content-Type"))), "text/event-stream")
 	s.headersAt = time.Now()
 	s.w.WriteHeader(status)
 }
@@ -392,5 +399,64 @@ func (s *requestState) upstreamBodyFailed() {
 		s.sendLocal(apierror.Server(http.StatusGatewayTimeout, reason, "The upstream did not respond in time."), reason)
 		return
 	}
+	if s.wroteHeader && s.eventStream {
+		s.cutEventStream(reason)
+		return
+	}
 	s.reset(reason)
+}
+
+// cutEventStream ends an event stream whose upstream failed after the
+// response started (stalled past the idle timeout, or went away) with an
+// OpenAI error event, which the SDKs raise, and a clean end. Envoy can only
+// reset the stream there, which clients see as a truncated read, if they
+// notice at all. The access log keeps the status that went out, with the
+// reason as response_detail and its response flag, at level ERROR.
+func (s *requestState) cutEventStream(reason string) {
+	s.detail = reason
+	s.streamCut = true
+	flag := responseFlags[reason]
+	var e *apierror.Error
+	switch reason {
+	case "stream_idle_timeout":
+		msg := "The upstream stopped sending; the response is incomplete."
+		if s.idle != nil {
+			msg = fmt.Sprintf("The upstream sent nothing for %v; the response is incomplete.", s.idle.d)
+		}
+		e = apierror.Server(http.StatusGatewayTimeout, reason, msg)
+	case "upstream_reset_after_response_started":
+		flag = "UC" // Envoy's upstream connection termination
+		e = apierror.Server(http.StatusBadGateway, reason, "The upstream closed the connection before the response was complete.")
+	default:
+		e = apierror.Server(http.StatusGatewayTimeout, reason, "The upstream did not finish the response in time.")
+	}
+	if flag != "" && !slices.Contains(s.flags, flag) {
+		s.flags = append(s.flags, flag)
+	}
+	buf := make([]byte, 0, 256)
+	if !s.betweenEvents() {
+		// Cut inside an event: end it, so the error event is one of its own.
+		buf = append(buf, "\n\n"...)
+	}
+	s.writeChunk(sse.AppendEvent(buf, "error", e.JSON()))
+}
+
+// keepTail remembers the last bytes of an event stream written downstream.
+func (s *requestState) keepTail(b []byte) {
+	if len(b) >= len(s.tail) {
+		copy(s.tail[:], b[len(b)-len(s.tail):])
+		return
+	}
+	copy(s.tail[:], s.tail[len(b):])
+	copy(s.tail[len(s.tail)-len(b):], b)
+}
+
+// betweenEvents reports whether what went downstream ends with a whole
+// event (an empty line, in any of SSE's line endings) or is nothing yet.
+func (s *requestState) betweenEvents() bool {
+	if s.bytesSent == 0 {
+		return true
+	}
+	t := string(s.tail[:])
+	return strings.HasSuffix(t, "\n\n") || strings.HasSuffix(t, "\r\r") || t == "\r\n\r\n"
 }

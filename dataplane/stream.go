@@ -81,6 +81,12 @@ type requestState struct {
 	detail           string
 	flags            []string // Envoy's response flags of a local reply
 	wroteHeader      bool
+	// eventStream: the response is text/event-stream; tail is the end of
+	// what went downstream, so a cut can tell whether it is between events.
+	eventStream bool
+	tail        [4]byte
+	// streamCut: the response started and was then cut short.
+	streamCut bool
 }
 
 // serveHTTP is every listener's handler.

@@ -71,7 +71,9 @@ providers:
     api_key_env: %s
 models:
   - id: demo/chat
-    context_window: 1000000
+    # Large enough for the 6 MiB prompt (about 1.6M tokens by the gateway's
+    # estimate of 4 bytes a token).
+    context_window: 2000000
     providers:
       - provider: fake-openai
         upstream_model: fake-chat-1

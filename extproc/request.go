@@ -391,7 +391,13 @@ func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.Processi
 	if mr.unavailable != nil {
 		return immediate(mr.unavailable)
 	}
-	if resp := st.admit(ctx, func() int64 { return estimatePromptTokens(body, &req) }); resp != nil {
+	prompt := estimatePromptTokens(body, &req)
+	if prompt > int64(mr.contextWindow) {
+		// No provider could take it: refused before it costs a rate limit
+		// token or a round trip.
+		return immediate(contextLengthExceeded(mr.contextWindow, prompt))
+	}
+	if resp := st.admit(ctx, func() int64 { return prompt }); resp != nil {
 		return resp
 	}
 	t := chooseKeyed(mr, opChat, time.Now(), st.affinityKey(mr, body, &req))
@@ -410,6 +416,15 @@ func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.Processi
 	// cut out of the response again.
 	st.sse.drop = req.stream && !req.includeUsage
 	return st.route(ctx, body, mr, t, req.fields[fModel], edits)
+}
+
+// contextLengthExceeded is OpenAI's 400 for a prompt longer than the model's
+// context window, with the gateway's estimate of the prompt (see
+// estimatePromptTokens) where OpenAI counts exactly.
+func contextLengthExceeded(window int, prompt int64) *apierror.Error {
+	return &apierror.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+		Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in about %d tokens "+
+			"(estimated at %d bytes of text a token). Please reduce the length of the messages.", window, prompt, bytesPerToken)}
 }
 
 // route records the routing decision and answers the request body message:

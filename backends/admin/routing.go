@@ -65,6 +65,7 @@ type modelRoutingJSON struct {
 	Object           string              `json:"object"`
 	Routing          string              `json:"routing"`
 	FirstByteTimeout string              `json:"first_byte_timeout"`
+	IdleTimeout      string              `json:"idle_timeout"`
 	Providers        []modelProviderJSON `json:"providers"`
 	// Failover is the order attempts go in from the gateway's home region
 	// (drained providers left out): the model's default route. A request's
@@ -91,7 +92,8 @@ type routingJSON struct {
 
 func modelView(base, eff *config.Config, drained []string, m config.Model) modelRoutingJSON {
 	out := modelRoutingJSON{ID: m.ID, Object: "model.routing", Routing: m.Routing,
-		FirstByteTimeout: m.FirstByteTimeout.String(), Providers: []modelProviderJSON{}, Failover: []string{}}
+		FirstByteTimeout: m.FirstByteTimeout.String(), IdleTimeout: m.IdleTimeout.String(),
+		Providers: []modelProviderJSON{}, Failover: []string{}}
 	for _, mp := range m.Providers {
 		j := modelProviderJSON{Provider: mp.Provider, UpstreamModel: mp.UpstreamModel, Weight: mp.Weight,
 			Priority: mp.Priority, Drained: slices.Contains(drained, mp.Provider)}
@@ -146,6 +148,7 @@ type providerSettings struct {
 type modelSettings struct {
 	Routing          *string             `json:"routing"`
 	FirstByteTimeout *string             `json:"first_byte_timeout"`
+	IdleTimeout      *string             `json:"idle_timeout"`
 	Providers        *[]providerSettings `json:"providers"`
 }
 
@@ -157,14 +160,21 @@ func (a *api) modelSet(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &in) {
 		return
 	}
-	var fbt time.Duration
-	if in.FirstByteTimeout != nil {
-		d, err := time.ParseDuration(*in.FirstByteTimeout)
-		if err != nil || d <= 0 {
-			badRequest(w, "first_byte_timeout", fmt.Errorf("first_byte_timeout must be a positive duration such as \"30s\""))
+	var fbt, idle time.Duration
+	for _, d := range []struct {
+		name string
+		in   *string
+		out  *time.Duration
+	}{{"first_byte_timeout", in.FirstByteTimeout, &fbt}, {"idle_timeout", in.IdleTimeout, &idle}} {
+		if d.in == nil {
+			continue
+		}
+		v, err := time.ParseDuration(*d.in)
+		if err != nil || v <= 0 {
+			badRequest(w, d.name, fmt.Errorf("%s must be a positive duration such as \"30s\"", d.name))
 			return
 		}
-		fbt = d
+		*d.out = v
 	}
 	id := modelID(r)
 	a.modify(w, r, id, "set model "+id, func(m *config.Model) error {
@@ -173,6 +183,9 @@ func (a *api) modelSet(w http.ResponseWriter, r *http.Request) {
 		}
 		if in.FirstByteTimeout != nil {
 			m.FirstByteTimeout = fbt
+		}
+		if in.IdleTimeout != nil {
+			m.IdleTimeout = idle
 		}
 		if in.Providers == nil {
 			return nil

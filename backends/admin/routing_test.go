@@ -59,7 +59,7 @@ func TestRoutingEndpoints(t *testing.T) {
 	}{
 		{"list", "GET", "/admin/v1/routing", "", 200,
 			[]string{`"version":"1"`, `"region":"us"`, `"id":"v/m1"`, `"failover":["a","b"]`, `"drained":[]`}, "1"},
-		{"one model", "GET", "/admin/v1/models/v/m1", "", 200, []string{`"routing":"priority"`, `"first_byte_timeout":"30s"`, `"region":"asia"`}, "1"},
+		{"one model", "GET", "/admin/v1/models/v/m1", "", 200, []string{`"routing":"priority"`, `"first_byte_timeout":"30s"`, `"idle_timeout":"1m0s"`, `"region":"asia"`}, "1"},
 		{"unknown model", "GET", "/admin/v1/models/v/nope", "", 404, []string{"model_not_found"}, "1"},
 		// b's priority is higher, but b is in the other region: home first.
 		{"priority below the home region", "PATCH", "/admin/v1/models/v/m1/providers/b", `{"priority":-1}`, 200,
@@ -74,6 +74,11 @@ func TestRoutingEndpoints(t *testing.T) {
 			[]string{"upstream_model is required"}, "3"},
 		{"no providers", "PATCH", "/admin/v1/models/v/m1", `{"providers":[]}`, 400, []string{"at least one provider"}, "3"},
 		{"bad timeout", "PATCH", "/admin/v1/models/v/m1", `{"first_byte_timeout":"-1s"}`, 400, []string{"first_byte_timeout"}, "3"},
+		{"bad idle timeout", "PATCH", "/admin/v1/models/v/m1", `{"idle_timeout":"soon"}`, 400, []string{"idle_timeout"}, "3"},
+		// The idle timeout also runs while the head is awaited: it must
+		// exceed the first-byte timeout, or a stall could not fail over.
+		{"first byte past the idle timeout", "PATCH", "/admin/v1/models/v/m1", `{"first_byte_timeout":"90s"}`, 400,
+			[]string{"idle_timeout", "longer than first_byte_timeout (1m30s)"}, "3"},
 		{"zero weight", "PATCH", "/admin/v1/models/v/m1/providers/c", `{"weight":0}`, 400, []string{"weight must be positive"}, "3"},
 		{"unknown field", "PATCH", "/admin/v1/models/v/m1", `{"colour":"red"}`, 400, []string{"colour"}, "3"},
 		{"provider not serving the model", "PATCH", "/admin/v1/models/v/m2/providers/a", `{"weight":2}`, 404, []string{"does not serve"}, "3"},
@@ -86,6 +91,8 @@ func TestRoutingEndpoints(t *testing.T) {
 		{"drain c again: nothing to do", "POST", "/admin/v1/providers/c/drain", "", 200, []string{`"version":"4"`}, "4"},
 		{"undrain c", "POST", "/admin/v1/providers/c/undrain", "", 200, []string{`"drained":false`, `"version":"5"`}, "5"},
 		{"back in the failover", "GET", "/admin/v1/routing", "", 200, []string{`"failover":["c","a"]`, `"drained":[]`}, "5"},
+		{"both timeouts at once", "PATCH", "/admin/v1/models/v/m1", `{"first_byte_timeout":"90s","idle_timeout":"2m"}`, 200,
+			[]string{`"first_byte_timeout":"1m30s"`, `"idle_timeout":"2m0s"`, `"version":"6"`}, "6"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,7 +112,8 @@ func TestRoutingEndpoints(t *testing.T) {
 	}
 	// The changes are the configuration in force.
 	m := cp.Config().Models[0]
-	if m.Routing != config.RoutingLatency || m.FirstByteTimeout.String() != "5s" || len(m.Providers) != 2 || m.Providers[0].Weight != 2 {
+	if m.Routing != config.RoutingLatency || m.FirstByteTimeout.String() != "1m30s" || m.IdleTimeout.String() != "2m0s" ||
+		len(m.Providers) != 2 || m.Providers[0].Weight != 2 {
 		t.Errorf("model in force = %+v", m)
 	}
 	if status, _, _ := do(t, srv, "GET", "/admin/v1/routing", "", ""); status != http.StatusUnauthorized {

@@ -350,11 +350,18 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 			t := s.now().Unix()
 			ru.obj.CompletedAt = &t
 		}
-	case errors.Is(err, errClientGone) || (ru.ev != nil && ru.ev.err != nil):
+	case (errors.Is(err, errClientGone) || (ru.ev != nil && ru.ev.err != nil)) && (!req.store || !streaming):
 		// Nobody to answer and nothing worth keeping: the client never
-		// saw the end of it.
+		// saw the response's id, or asked for it not to be stored.
 		s.log.Info("responses: client disconnected", "response", ru.obj.ID)
 		return
+	case errors.Is(err, errClientGone) || (ru.ev != nil && ru.ev.err != nil):
+		// The client saw the id in response.created and may come back
+		// for the response, or continue from it: keep it as far as it
+		// got.
+		ru.cutShort()
+		s.log.Info("responses: client disconnected; response kept as incomplete", "response", ru.obj.ID,
+			"items", len(ru.obj.Output))
 	case !streaming:
 		s.writeError(w, ru.obj.ID, err)
 		return
@@ -397,6 +404,9 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	if ru.ev.err != nil {
+		return // the client is gone
+	}
 	terminal := "response.completed"
 	switch ru.obj.Status {
 	case "incomplete":
@@ -416,6 +426,13 @@ func (s *Service) writeError(w http.ResponseWriter, id string, err error) {
 	var ue *upstreamError
 	if errors.As(err, &ue) {
 		s.log.Info("responses: gateway refused the model request", "response", id, "status", ue.status)
+		if ue.status == http.StatusBadRequest && gjson.GetBytes(ue.body, "error.code").Str == "context_length_exceeded" {
+			// The chat completion the input became is too long: name the
+			// Responses API's field, as OpenAI does, not the messages.
+			(&apierror.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "input",
+				Message: "Your input exceeds the context window of this model. Please adjust your input and try again."}).Write(w)
+			return
+		}
 		ue.write(w)
 		return
 	}

@@ -276,6 +276,27 @@ func (r *run) toolBudget() bool {
 	return r.searches < maxBuiltinCalls && (r.req.maxToolCalls == 0 || r.searches < r.req.maxToolCalls)
 }
 
+// incompleteDisconnected is the incomplete_details reason of a streamed
+// response whose client went away before it finished. OpenAI's enum has
+// only max_output_tokens and content_filter, neither of which is true here;
+// the SDKs read the reason as a plain string.
+const incompleteDisconnected = "client_disconnected"
+
+// cutShort ends a response whose client went away mid-stream: the message
+// being written is kept as far as it got, marked incomplete; a function
+// call still being written is dropped, since its arguments are unfinished
+// and a continuation could not answer it. No more events are sent.
+func (r *run) cutShort() {
+	if r.ev != nil && r.ev.err == nil {
+		r.ev.err = errClientGone
+	}
+	r.call = nil
+	if r.msg != nil {
+		r.finishMessage("incomplete")
+	}
+	r.setIncomplete(incompleteDisconnected)
+}
+
 func (r *run) setIncomplete(reason string) {
 	r.obj.Status = "incomplete"
 	r.obj.IncompleteDetails = &incomplete{Reason: reason}

@@ -3,7 +3,9 @@ package responses
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -147,49 +149,75 @@ func TestStreamCut(t *testing.T) {
 	}
 }
 
+// TestStreamClientDisconnect: a client that leaves mid-stream cancels the
+// model call; the response is kept as far as it got, status incomplete,
+// when it was to be stored (the client saw its id), and dropped otherwise.
 func TestStreamClientDisconnect(t *testing.T) {
-	e := newEnv(t, envOptions{fake: fake.Options{ChunkDelay: 20 * time.Millisecond}})
-	e.fault(fake.HeaderChunks, "500")
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/v1/responses",
-		strings.NewReader(`{"model":"m","input":"long","stream":true}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(ownerHeader, "alice")
-	resp, err := e.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	var id string
-	for deltas := 0; deltas < 3 && sc.Scan(); {
-		line := sc.Text()
-		if strings.HasPrefix(line, "data: ") && id == "" {
-			id = gjson.Get(strings.TrimPrefix(line, "data: "), "response.id").Str
-		}
-		if line == "event: response.output_text.delta" {
-			deltas++
-		}
-	}
-	cancel()
+	for _, store := range []bool{true, false} {
+		t.Run(fmt.Sprintf("store %v", store), func(t *testing.T) {
+			e := newEnv(t, envOptions{fake: fake.Options{ChunkDelay: 20 * time.Millisecond}})
+			e.fault(fake.HeaderChunks, "500")
+			// A server of its own, to know when the handler is done.
+			done := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer close(done)
+				withCaller(e.svc.Handler()).ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/responses",
+				strings.NewReader(fmt.Sprintf(`{"model":"m","input":"long","stream":true,"store":%v}`, store)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(ownerHeader, "alice")
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			var id string
+			var text strings.Builder
+			for deltas := 0; deltas < 3 && sc.Scan(); {
+				line := sc.Text()
+				data, ok := strings.CutPrefix(line, "data: ")
+				if ok && id == "" {
+					id = gjson.Get(data, "response.id").Str
+				}
+				if ok && gjson.Get(data, "type").Str == "response.output_text.delta" {
+					text.WriteString(gjson.Get(data, "delta").Str)
+					deltas++
+				}
+			}
+			cancel()
 
-	// The upstream call is cancelled with the client's request.
-	e.rec.mu.Lock()
-	upstream := e.rec.ctxs[0]
-	e.rec.mu.Unlock()
-	select {
-	case <-upstream.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("upstream call still running 5s after the client left")
-	}
-	// A response whose client left before its end is not stored.
-	time.Sleep(50 * time.Millisecond)
-	status, _ := e.do("alice", http.MethodGet, "/v1/responses/"+id, "")
-	if id == "" || status != 404 {
-		t.Errorf("id %q: GET status %d, want 404", id, status)
+			// The upstream call is cancelled with the client's request.
+			e.rec.mu.Lock()
+			upstream := e.rec.ctxs[0]
+			e.rec.mu.Unlock()
+			select {
+			case <-upstream.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("upstream call still running 5s after the client left")
+			}
+			<-done
+			status, body := e.do("alice", http.MethodGet, "/v1/responses/"+id, "")
+			if !store {
+				if id == "" || status != 404 {
+					t.Errorf("id %q: GET status %d, want 404", id, status)
+				}
+				return
+			}
+			got := gjson.ParseBytes(body)
+			// The deltas the client read, and perhaps some it did not.
+			if status != 200 || got.Get("status").Str != "incomplete" || got.Get("incomplete_details.reason").Str != "client_disconnected" ||
+				got.Get("output.#").Int() != 1 || got.Get("output.0.status").Str != "incomplete" ||
+				!strings.HasPrefix(outputText(got), text.String()) || text.Len() == 0 {
+				t.Errorf("GET %d %s, want an incomplete response starting %q", status, body, text.String())
+			}
+		})
 	}
 }
 

@@ -180,7 +180,7 @@ func (h *anthropicHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	use := cache.usage(rep)
 	w.Header().Set("request-id", "req_"+rep.id[len("chatcmpl-"):])
 	if req.Stream {
-		h.stream(w, r, req, rep, out, f.cutAfter, use)
+		h.stream(w, r, req, rep, out, f, use)
 		return
 	}
 	writeAnthropicMessage(w, req, rep, out, use)
@@ -708,9 +708,9 @@ type anthropicStopDelta struct {
 // stream writes rep as Anthropic's event sequence: message_start,
 // content_block_start, ping, content_block_delta..., content_block_stop,
 // message_delta, message_stop, each flushed as its own event. A reply with
-// no content has no block. cutAfter >= 0 aborts the connection after that
-// many events, as in the OpenAI fake.
-func (h *anthropicHandler) stream(w http.ResponseWriter, r *http.Request, req *chatRequest, rep *reply, out anthropicResult, cutAfter int, use anthropicUsage) {
+// no content has no block. f's cut and stall faults interrupt it after
+// their number of events, as in the OpenAI fake.
+func (h *anthropicHandler) stream(w http.ResponseWriter, r *http.Request, req *chatRequest, rep *reply, out anthropicResult, f fault, use anthropicUsage) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	w.Header().Set("content-type", "text/event-stream; charset=utf-8")
@@ -723,8 +723,8 @@ func (h *anthropicHandler) stream(w http.ResponseWriter, r *http.Request, req *c
 	sent := 0
 	var buf []byte
 	send := func(ev *anthropicEvent) bool {
-		if sent == cutAfter {
-			panic(http.ErrAbortHandler) // see the OpenAI fake's stream
+		if f.interrupt(ctx, sent) {
+			return false
 		}
 		if sent > 0 && sleep(ctx, h.opts.ChunkDelay) != nil {
 			return false

@@ -1,8 +1,10 @@
 package fake
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -172,5 +174,75 @@ func TestChunkDelay(t *testing.T) {
 	// Delays sit between events: 8 gaps.
 	if want := 8 * 20 * time.Millisecond; elapsed < want {
 		t.Errorf("stream took %v, want >= %v", elapsed, want)
+	}
+}
+
+// TestFaultStallAfter checks that a stalled stream sends its first events,
+// then nothing, and holds the connection until the client gives up.
+func TestFaultStallAfter(t *testing.T) {
+	tests := []struct {
+		kind, path, body string
+		opts             Options
+		headers          []string
+		events           int
+	}{
+		{kind: KindOpenAI, path: "/v1/chat/completions", body: streamBody, headers: []string{HeaderStallAfter, "3"}, events: 3},
+		{kind: KindOpenAI, path: "/v1/chat/completions", body: streamBody, opts: Options{Fault: Fault{StallAfterChunks: 2}}, events: 2},
+		{kind: KindOpenAI, path: "/v1/chat/completions", body: streamBody, headers: []string{HeaderStallAfter, "0"}, events: 0},
+		{kind: KindAnthropic, path: "/v1/messages", body: `{"model":"m","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"one two three"}]}`,
+			headers: []string{HeaderStallAfter, "2", "anthropic-version", "2023-06-01"}, events: 2},
+		{kind: KindGemini, path: "/v1beta/models/m:streamGenerateContent?alt=sse", body: `{"contents":[{"role":"user","parts":[{"text":"one two three"}]}]}`,
+			opts: Options{Fault: Fault{StallAfterChunks: 1}}, events: 1},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/%d", tt.kind, tt.events), func(t *testing.T) {
+			h, err := Handler(tt.kind, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			returned := make(chan struct{})
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer close(returned)
+				h.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+tt.path, strings.NewReader(tt.body))
+			req.Header.Set("content-type", "application/json")
+			for i := 0; i+1 < len(tt.headers); i += 2 {
+				req.Header.Set(tt.headers[i], tt.headers[i+1])
+			}
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d", resp.StatusCode)
+			}
+			// Read the events the fake sends before stalling (a blank line
+			// ends each), then give up as a client would.
+			r := bufio.NewReader(resp.Body)
+			for n := 0; n < tt.events; {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					t.Fatalf("after %d events: %v", n, err)
+				}
+				if strings.TrimRight(line, "\r\n") == "" {
+					n++
+				}
+			}
+			select {
+			case <-returned:
+				t.Fatal("the handler returned instead of stalling")
+			default:
+			}
+			cancel()
+			<-returned // the stall ends when the client goes away
+			if rest, err := io.ReadAll(r); err == nil || strings.Contains(string(rest), "data:") {
+				t.Errorf("after the stall: %q, %v; want nothing more and an error", rest, err)
+			}
+		})
 	}
 }

@@ -191,7 +191,7 @@ func (h *geminiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeGeminiJSON(w, http.StatusOK, geminiFinal(model, rep))
 			return
 		}
-		h.stream(w, r, model, rep, f.cutAfter, r.URL.Query().Get("alt") == "sse")
+		h.stream(w, r, model, rep, f, r.URL.Query().Get("alt") == "sse")
 	case "embedContent", "batchEmbedContents":
 		out, e := geminiEmbed(model, method, body)
 		if e != nil {
@@ -897,8 +897,9 @@ func geminiEvents(model string, rep *reply) []*geminiOutResponse {
 }
 
 // stream writes the events as SSE, or as Gemini's JSON array without
-// alt=sse, flushing each. cutAfter >= 0 aborts after that many events.
-func (h *geminiHandler) stream(w http.ResponseWriter, r *http.Request, model string, rep *reply, cutAfter int, asSSE bool) {
+// alt=sse, flushing each. f's cut and stall faults interrupt it after their
+// number of events.
+func (h *geminiHandler) stream(w http.ResponseWriter, r *http.Request, model string, rep *reply, f fault, asSSE bool) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	if asSSE {
@@ -912,8 +913,8 @@ func (h *geminiHandler) stream(w http.ResponseWriter, r *http.Request, model str
 	}
 	events := geminiEvents(model, rep)
 	for i, ev := range events {
-		if i == cutAfter {
-			panic(http.ErrAbortHandler) // see openAI.stream
+		if f.interrupt(ctx, i) {
+			return
 		}
 		if i > 0 && sleep(ctx, h.opts.ChunkDelay) != nil {
 			return

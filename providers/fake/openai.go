@@ -105,7 +105,7 @@ func (h *openAI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("x-request-id", "req_"+rep.id[len("chatcmpl-"):])
 	if req.Stream {
-		h.stream(w, r, req, rep, f.cutAfter)
+		h.stream(w, r, req, rep, f)
 		return
 	}
 	writeCompletion(w, req, rep)

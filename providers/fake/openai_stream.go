@@ -80,9 +80,9 @@ func (c *choice) event(i, step int) chunkChoice {
 
 // stream writes rep as server-sent events, flushing each one. Choices are
 // interleaved round-robin, as a real multi-choice stream is, so clients must
-// assemble them by index. cutAfter >= 0 aborts the connection after that many
-// events.
-func (h *openAI) stream(w http.ResponseWriter, r *http.Request, req *chatRequest, rep *reply, cutAfter int) {
+// assemble them by index. f's cut and stall faults interrupt it after their
+// number of events.
+func (h *openAI) stream(w http.ResponseWriter, r *http.Request, req *chatRequest, rep *reply, f fault) {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	w.Header().Set("content-type", "text/event-stream; charset=utf-8")
@@ -108,11 +108,8 @@ func (h *openAI) stream(w http.ResponseWriter, r *http.Request, req *chatRequest
 	sent := 0
 	// send writes one event; false means stop (client gone).
 	send := func(data []byte) bool {
-		if sent == cutAfter {
-			// Everything before the cut is flushed already; aborting the
-			// handler makes net/http drop the connection without the
-			// terminating chunk, so the client sees a truncated stream.
-			panic(http.ErrAbortHandler)
+		if f.interrupt(ctx, sent) {
+			return false
 		}
 		if sent > 0 && sleep(ctx, h.opts.ChunkDelay) != nil {
 			return false

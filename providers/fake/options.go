@@ -56,6 +56,10 @@ type Fault struct {
 	Delay time.Duration
 	// CutAfterChunks, if positive, aborts a stream after that many events.
 	CutAfterChunks int
+	// StallAfterChunks, if positive, stops a stream after that many events
+	// and holds it open, sending nothing more, until the client goes away:
+	// an upstream that hangs mid-stream.
+	StallAfterChunks int
 }
 
 // Request headers that inject faults and shape replies. They take precedence
@@ -78,6 +82,11 @@ const (
 	// value at or above the stream's length leaves it intact. Ignored for
 	// non-streaming requests.
 	HeaderCutAfter = "x-fake-cut-after"
+	// HeaderStallAfter stops a stream after this many events (counted as
+	// for HeaderCutAfter; 0 stalls right after the response headers) and
+	// holds the connection open, sending nothing more, until the client
+	// goes away. Ignored for non-streaming requests.
+	HeaderStallAfter = "x-fake-stall-after"
 	// HeaderChunks sets the text reply to exactly this many words, padding
 	// with deterministic filler or truncating, so a stream has exactly this
 	// many content chunks per choice (before stop and max_tokens apply).
@@ -92,6 +101,7 @@ type fault struct {
 	retryAfter int
 	delay      time.Duration
 	cutAfter   int // -1: never
+	stallAfter int // -1: never
 	chunks     int // -1: natural length
 }
 
@@ -99,9 +109,12 @@ type fault struct {
 // a 400 naming it, so a typo in a test fails loudly instead of silently
 // injecting nothing.
 func parseFault(opts Fault, r *http.Request) (fault, *apierror.Error) {
-	f := fault{status: opts.Status, delay: opts.Delay, cutAfter: -1, chunks: -1}
+	f := fault{status: opts.Status, delay: opts.Delay, cutAfter: -1, stallAfter: -1, chunks: -1}
 	if opts.CutAfterChunks > 0 {
 		f.cutAfter = opts.CutAfterChunks
+	}
+	if opts.StallAfterChunks > 0 {
+		f.stallAfter = opts.StallAfterChunks
 	}
 	var err *apierror.Error
 	header := func(name string, min, max int, set func(int)) {
@@ -120,8 +133,24 @@ func parseFault(opts Fault, r *http.Request) (fault, *apierror.Error) {
 	header(HeaderRetryAfter, 0, 1<<31-1, func(n int) { f.retryAfter = n })
 	header(HeaderDelayMS, 0, 1<<31-1, func(n int) { f.delay = time.Duration(n) * time.Millisecond })
 	header(HeaderCutAfter, 0, 1<<31-1, func(n int) { f.cutAfter = n })
+	header(HeaderStallAfter, 0, 1<<31-1, func(n int) { f.stallAfter = n })
 	header(HeaderChunks, 0, 1<<20, func(n int) { f.chunks = n })
 	return f, err
+}
+
+// interrupt applies the stream faults before the event numbered sent (from
+// 0): a cut aborts the handler, so net/http drops the connection without a
+// clean end (everything before it is flushed already); a stall waits for
+// the client to go away and reports true, meaning send nothing more.
+func (f fault) interrupt(ctx context.Context, sent int) (stop bool) {
+	switch sent {
+	case f.cutAfter:
+		panic(http.ErrAbortHandler)
+	case f.stallAfter:
+		<-ctx.Done()
+		return true
+	}
+	return false
 }
 
 // statusError is the error body for an injected status.

@@ -16,10 +16,11 @@ const maxChoices = 128
 
 // Stream translates one Gemini streamGenerateContent?alt=sse answer, fed
 // chunk by chunk, into an OpenAI chat completion stream. Each Gemini event
-// (a GenerateContentResponse) becomes at most one chunk per candidate: the
-// first chunk of a choice carries role "assistant", text parts become a
-// content delta, function calls complete tool_calls entries (Gemini sends
-// each call whole), and the finishReason becomes finish_reason. Every chunk
+// (a GenerateContentResponse) becomes chunks per candidate: the first chunk
+// of a choice carries role "assistant", its text parts become one content
+// delta, each function call one chunk with a complete tool_calls entry
+// (Gemini sends each call whole), and the finishReason a chunk of its own
+// with an empty delta and finish_reason, as OpenAI sends it. Every chunk
 // has the same id (from Gemini's responseId), created and model. At the end
 // of the stream come a finish chunk for any choice that did not get one, a
 // usage chunk with "choices":[] from the last usageMetadata, and
@@ -128,7 +129,7 @@ func (s *Stream) event(ev sse.Event) error {
 	if n == 0 && r.blocked() {
 		st := s.choice(0)
 		if !st.finished {
-			s.dst = s.appendChunk(s.dst, 0, st, nil, "content_filter")
+			s.dst = s.appendFinish(s.dst, 0, st, "content_filter")
 		}
 	}
 	return nil
@@ -176,50 +177,56 @@ func (s *Stream) candidate(c gjson.Result, pos int) error {
 	if cand.finish.Str != "" && !st.finished {
 		finish = finishReason(cand.finish.Str, st.calls+cand.calls > 0)
 	}
-	if cand.texts == 0 && cand.calls == 0 && finish == "" {
-		return nil
+	// Text, each call and the finish go in chunks of their own, as OpenAI
+	// streams them: openai-go's accumulator reports content or a tool call
+	// as finished only when a later chunk no longer continues it.
+	if cand.texts > 0 {
+		dst, comma := s.openChunk(s.dst, cand.index, st)
+		if comma {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `"content":`...)
+		dst = cand.appendText(dst)
+		s.dst = closeChunk(dst, st, "")
 	}
-	s.dst = s.appendChunk(s.dst, cand.index, st, &cand, finish)
+	if cand.calls > 0 {
+		cand.eachCall(func(_ int, fc gjson.Result) {
+			dst, comma := s.openChunk(s.dst, cand.index, st)
+			if comma {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, `"tool_calls":[`...)
+			dst = appendToolCall(dst, st.calls, s.respID, cand.index, st.calls, fc)
+			st.calls++
+			s.dst = closeChunk(append(dst, ']'), st, "")
+		})
+	}
+	if finish != "" {
+		s.dst = s.appendFinish(s.dst, cand.index, st, finish)
+	}
 	return nil
 }
 
-// appendChunk appends one chunk for choice i: the candidate's text and calls
-// when cand is set, and finish when not empty.
-func (s *Stream) appendChunk(dst []byte, i int, st *choiceState, cand *candidate, finish string) []byte {
+// openChunk appends the start of a chunk for choice i, up to the inside of
+// its delta, with the role if it was not sent yet; comma reports whether
+// the delta has a member already.
+func (s *Stream) openChunk(dst []byte, i int, st *choiceState) (_ []byte, comma bool) {
 	dst = append(dst, "data: "...)
 	dst = append(dst, s.head...)
 	dst = append(dst, `"choices":[{"index":`...)
 	dst = appendInt(dst, int64(i))
 	dst = append(dst, `,"delta":{`...)
-	comma := false
 	if !st.role {
 		dst = append(dst, `"role":"assistant"`...)
 		st.role, comma = true, true
 	}
-	if cand != nil {
-		if cand.texts > 0 {
-			if comma {
-				dst = append(dst, ',')
-			}
-			dst = append(dst, `"content":`...)
-			dst = cand.appendText(dst)
-			comma = true
-		}
-		if cand.calls > 0 {
-			if comma {
-				dst = append(dst, ',')
-			}
-			dst = append(dst, `"tool_calls":[`...)
-			cand.eachCall(func(k int, fc gjson.Result) {
-				if k > 0 {
-					dst = append(dst, ',')
-				}
-				dst = appendToolCall(dst, st.calls, s.respID, i, st.calls, fc)
-				st.calls++
-			})
-			dst = append(dst, ']')
-		}
-	}
+	st.seen = true
+	return dst, comma
+}
+
+// closeChunk ends a chunk opened by openChunk, with finish as its
+// finish_reason when not empty.
+func closeChunk(dst []byte, st *choiceState, finish string) []byte {
 	dst = append(dst, `},"finish_reason":`...)
 	if finish == "" {
 		dst = append(dst, "null"...)
@@ -229,8 +236,14 @@ func (s *Stream) appendChunk(dst []byte, i int, st *choiceState, cand *candidate
 		dst = append(dst, '"')
 		st.finished = true
 	}
-	st.seen = true
 	return append(dst, "}]}\n\n"...)
+}
+
+// appendFinish appends the chunk ending choice i: an empty delta (the role
+// alone if nothing came before) and finish.
+func (s *Stream) appendFinish(dst []byte, i int, st *choiceState, finish string) []byte {
+	dst, _ = s.openChunk(dst, i, st)
+	return closeChunk(dst, st, finish)
 }
 
 // finish ends the stream: a finish_reason for every choice still open (a
@@ -250,7 +263,7 @@ func (s *Stream) finish(dst []byte) []byte {
 			continue // a gap in the candidate indexes
 		}
 		if !st.finished {
-			dst = s.appendChunk(dst, i, st, nil, finishReason("", st.calls > 0))
+			dst = s.appendFinish(dst, i, st, finishReason("", st.calls > 0))
 		}
 	}
 	dst = append(dst, "data: "...)

@@ -32,13 +32,16 @@ var (
 
 	openAITextStream = textHead + `"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]}` + "\n\n" +
 		textHead + `"choices":[{"index":0,"delta":{"content":" there, \"friend\" \u00e9"},"finish_reason":null}]}` + "\n\n" +
-		textHead + `"choices":[{"index":0,"delta":{"content":"!\n"},"finish_reason":"stop"}]}` + "\n\n" +
+		textHead + `"choices":[{"index":0,"delta":{"content":"!\n"},"finish_reason":null}]}` + "\n\n" +
+		textHead + `"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
 		textHead + `"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":4,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":0}}}` + "\n\n" +
 		"data: [DONE]\n\n"
 
 	openAICallStream = callHead + `"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[` +
-		`{"index":0,"id":"` + weatherCallID + `","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"unit\":\"c\"}"}},` +
-		`{"index":1,"id":"` + timeCallID + `","type":"function","function":{"name":"get_time","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}` + "\n\n" +
+		`{"index":0,"id":"` + weatherCallID + `","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"unit\":\"c\"}"}}]},"finish_reason":null}]}` + "\n\n" +
+		callHead + `"choices":[{"index":0,"delta":{"tool_calls":[` +
+		`{"index":1,"id":"` + timeCallID + `","type":"function","function":{"name":"get_time","arguments":"{}"}}]},"finish_reason":null}]}` + "\n\n" +
+		callHead + `"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + "\n\n" +
 		callHead + `"choices":[],"usage":{"prompt_tokens":30,"completion_tokens":20,"total_tokens":50,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":12}}}` + "\n\n" +
 		"data: [DONE]\n\n"
 )
@@ -139,7 +142,15 @@ func checkChunks(t *testing.T, stream string) {
 // do.
 func accumulate(t *testing.T, stream string) openai.ChatCompletionAccumulator {
 	t.Helper()
-	var acc openai.ChatCompletionAccumulator
+	acc, _, _ := accumulateFinished(t, stream)
+	return acc
+}
+
+// accumulateFinished is accumulate, also collecting what the accumulator's
+// JustFinishedContent and JustFinishedToolCall report along the way (the
+// tool loop of openai-go's README).
+func accumulateFinished(t *testing.T, stream string) (acc openai.ChatCompletionAccumulator, contents []string, calls []openai.FinishedChatCompletionToolCall) {
+	t.Helper()
 	for i, d := range events(t, stream) {
 		var chunk openai.ChatCompletionChunk
 		if err := json.Unmarshal([]byte(d), &chunk); err != nil {
@@ -148,8 +159,33 @@ func accumulate(t *testing.T, stream string) openai.ChatCompletionAccumulator {
 		if !acc.AddChunk(chunk) {
 			t.Fatalf("accumulator rejected chunk %d: %s", i, d)
 		}
+		if c, ok := acc.JustFinishedContent(); ok {
+			contents = append(contents, c)
+		}
+		if tc, ok := acc.JustFinishedToolCall(); ok {
+			calls = append(calls, tc)
+		}
 	}
-	return acc
+	return acc, contents, calls
+}
+
+// The accumulator's JustFinished helpers fire once per finished content and
+// per tool call: each ends with a chunk that no longer continues it.
+func TestStreamJustFinished(t *testing.T) {
+	_, contents, calls := accumulateFinished(t, translateAll(t, geminiTextStream, ""))
+	if len(contents) != 1 || contents[0] != "Hello there, \"friend\" é!\n" || len(calls) != 0 {
+		t.Errorf("text: finished contents %q, calls %+v", contents, calls)
+	}
+	_, contents, calls = accumulateFinished(t, translateAll(t, geminiCallStream, ""))
+	if len(contents) != 0 || len(calls) != 2 {
+		t.Fatalf("calls: finished contents %q, calls %+v", contents, calls)
+	}
+	if c := calls[0]; c.Index != 0 || c.ID != weatherCallID || c.Name != "get_weather" || c.Arguments != `{"city":"Paris","unit":"c"}` {
+		t.Errorf("call 0 = %+v", c)
+	}
+	if c := calls[1]; c.Index != 1 || c.ID != timeCallID || c.Name != "get_time" || c.Arguments != `{}` {
+		t.Errorf("call 1 = %+v", c)
+	}
 }
 
 func TestStreamAccumulate(t *testing.T) {
@@ -245,14 +281,17 @@ func TestStreamCases(t *testing.T) {
 				"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"a\"}],\"role\":\"model\"},\"finishReason\":\"STOP\"},{\"content\":{\"parts\":[{\"text\":\"b\"}],\"role\":\"model\"},\"finishReason\":\"STOP\",\"index\":1}],\"responseId\":\"m\"}\n\n",
 			want: head("m") + `"choices":[{"index":0,"delta":{"role":"assistant","content":"A"},"finish_reason":null}]}` + "\n\n" +
 				head("m") + `"choices":[{"index":1,"delta":{"role":"assistant","content":"B"},"finish_reason":null}]}` + "\n\n" +
-				head("m") + `"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}` + "\n\n" +
-				head("m") + `"choices":[{"index":1,"delta":{"content":"b"},"finish_reason":"stop"}]}` + "\n\n" +
+				head("m") + `"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}` + "\n\n" +
+				head("m") + `"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+				head("m") + `"choices":[{"index":1,"delta":{"content":"b"},"finish_reason":null}]}` + "\n\n" +
+				head("m") + `"choices":[{"index":1,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
 				head("m") + `"choices":[],` + zeroUsage + "data: [DONE]\n\n",
 		},
 		{
 			name: "keep-alive comments are ignored",
 			in:   ": ping\n\ndata: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"x\"}],\"role\":\"model\"},\"finishReason\":\"STOP\"}],\"responseId\":\"k\"}\n\n",
-			want: head("k") + `"choices":[{"index":0,"delta":{"role":"assistant","content":"x"},"finish_reason":"stop"}]}` + "\n\n" +
+			want: head("k") + `"choices":[{"index":0,"delta":{"role":"assistant","content":"x"},"finish_reason":null}]}` + "\n\n" +
+				head("k") + `"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
 				head("k") + `"choices":[],` + zeroUsage + "data: [DONE]\n\n",
 		},
 	}
