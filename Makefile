@@ -5,7 +5,7 @@ BIN      := bin/switchyard
 DATA_DIR ?= .data
 LISTEN   ?= 127.0.0.1:8080
 
-.PHONY: build run test vet test-deps spec-check
+.PHONY: build run test vet lint test-deps spec-check
 
 build:
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/switchyard
@@ -34,9 +34,20 @@ spec-check:
 	  echo "NOTE: OpenAI spec $(OPENAPI_SPEC) not found: contract tests are SKIPPED (set SWITCHYARD_OPENAPI, see README)"; \
 	fi
 
+# The linter, pinned, installed into bin/ when missing (configuration: staticcheck.conf).
+STATICCHECK_VERSION := v0.8.2
+lint:
+	@[ -x bin/staticcheck ] && bin/staticcheck -version 2>/dev/null | grep -q "$(STATICCHECK_VERSION:v%=%)" || \
+	  GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	bin/staticcheck ./...
+
+# Packages with concurrency run under the race detector; the rest without it.
+RACE_PKGS := ./dataplane/... ./extproc/... ./ratelimit/... ./backends/... ./keys/... ./inprocgrpc/...
+
 # -count=1: never trust the test cache in CI; the contract tests read ../shared.
-test: build vet test-deps spec-check
-	$(GO) test -count=1 -timeout 15m ./...
+test: build vet lint test-deps spec-check
+	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v -E '/(dataplane|extproc|ratelimit|backends|keys|inprocgrpc)(/|$$)')
+	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)
 
 # Benchmarks (bench/): latency Switchyard adds over a direct call, side by side with
 # nginx and the Portkey gateway; streaming; hot-path microbenchmarks; peak RSS. Writes

@@ -195,6 +195,7 @@ func compileBodyFormat(f *corev3.SubstitutionFormatString) (*bodyFormat, error) 
 			out.contentType = "application/json"
 		}
 	case *corev3.SubstitutionFormatString_TextFormat:
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		out.text = v.TextFormat
 	case *corev3.SubstitutionFormatString_TextFormatSource:
 		b, err := readDataSource(v.TextFormatSource)

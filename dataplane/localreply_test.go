@@ -87,6 +87,7 @@ func TestLocalReplyConfigRefusesWhatItCannotHonour(t *testing.T) {
 			DurationFilter: &accesslogv3.DurationFilter{}}}}, "not supported"},
 		{"unknown flag", &hcmv3.ResponseMapper{Filter: flagsAre("XX")}, `unknown response flag "XX"`},
 		{"unsupported command", &hcmv3.ResponseMapper{Filter: flagsAre("UF"), BodyFormatOverride: &corev3.SubstitutionFormatString{
+			//lint:ignore SA1019 covers a deprecated Envoy field that Envoy, and so the data plane, still honours
 			Format: &corev3.SubstitutionFormatString_TextFormat{TextFormat: "%REQ(:PATH)%"}}}, "%REQ(:PATH)%"},
 		{"boolean in json_format", &hcmv3.ResponseMapper{Filter: flagsAre("UF"),
 			BodyFormatOverride: json(&structpb.Struct{Fields: map[string]*structpb.Value{"ok": structpb.NewBoolValue(true)}})}, "BoolValue"},
@@ -118,6 +119,7 @@ func TestMapLocalReply(t *testing.T) {
 			},
 			{Filter: statusIs(accesslogv3.ComparisonFilter_EQ, 404), Body: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "gone"}}},
 		},
+		//lint:ignore SA1019 covers a deprecated Envoy field that Envoy, and so the data plane, still honours
 		BodyFormat: &corev3.SubstitutionFormatString{Format: &corev3.SubstitutionFormatString_TextFormat{TextFormat: "[%LOCAL_REPLY_BODY%]"}},
 	}
 	lr, err := compileLocalReplyConfig(lrc)

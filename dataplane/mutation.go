@@ -158,6 +158,7 @@ func applyHeaderMutation(h *headerMap, m *extprocv3.HeaderMutation, replacing bo
 		// deprecated append field decides, and it defaults to false here.
 		switch sh.GetAppendAction() {
 		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
+			//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 			appendMode = sh.GetAppend().GetValue()
 			if appendMode && exists {
 				op = opAppend
@@ -208,8 +209,10 @@ func applyHeaderOptions(h *headerMap, opts []*corev3.HeaderValueOption) {
 		}
 		_, exists := h.get(name)
 		action := o.GetAppendAction()
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		if o.GetAppend() != nil { // the deprecated field wins when set
 			action = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+			//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 			if o.GetAppend().GetValue() {
 				action = corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
 			}

@@ -24,6 +24,7 @@ func TestApplyHeaderMutation(t *testing.T) {
 		return o
 	}
 	appendOpt := setHeader("x-foo", "2")
+	//lint:ignore SA1019 covers a deprecated Envoy field that Envoy, and so the data plane, still honours
 	appendOpt.Append = wrapperspb.Bool(true)
 	tests := []struct {
 		name      string

@@ -28,6 +28,7 @@ func TestRouteMatching(t *testing.T) {
 			{Name: "header-exact", Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/v1/"}, Headers: []*routev3.HeaderMatcher{
 				{Name: "x-switchyard-model", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exact("m1")}}}}, Action: action("x")},
 			{Name: "header-prefix", Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/v1/"}, Headers: []*routev3.HeaderMatcher{
+				//lint:ignore SA1019 covers a deprecated Envoy field that Envoy, and so the data plane, still honours
 				{Name: "x-switchyard-model", HeaderMatchSpecifier: &routev3.HeaderMatcher_PrefixMatch{PrefixMatch: "vendor/"}}}}, Action: action("x")},
 			{Name: "header-absent-inverted", Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/v1/"}, Headers: []*routev3.HeaderMatcher{
 				{Name: "x-other", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exact("no")}, InvertMatch: true}}}, Action: action("x")},

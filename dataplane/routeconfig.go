@@ -62,14 +62,19 @@ func compileHeaderMatcher(hm *routev3.HeaderMatcher) (*headerMatcher, error) {
 		v := s.PresentMatch
 		m.present = &v
 	case *routev3.HeaderMatcher_ExactMatch:
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		str(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s.ExactMatch}})
 	case *routev3.HeaderMatcher_PrefixMatch:
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		str(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: s.PrefixMatch}})
 	case *routev3.HeaderMatcher_SuffixMatch:
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		str(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Suffix{Suffix: s.SuffixMatch}})
 	case *routev3.HeaderMatcher_ContainsMatch:
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		str(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Contains{Contains: s.ContainsMatch}})
 	case *routev3.HeaderMatcher_SafeRegexMatch:
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		str(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: s.SafeRegexMatch}})
 	case *routev3.HeaderMatcher_StringMatch:
 		str(s.StringMatch)
@@ -134,6 +139,7 @@ func compileVirtualHost(v *routev3.VirtualHost) (*virtualHost, error) {
 	}
 	vh := &virtualHost{name: v.GetName(), bodyLimit: int64(v.GetRequestBodyBufferLimit().GetValue())}
 	if vh.bodyLimit == 0 {
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		vh.bodyLimit = int64(v.GetPerRequestBufferLimitBytes().GetValue())
 	}
 	var err error
@@ -233,6 +239,7 @@ func compileRoute(r *routev3.Route) (*route, error) {
 	}
 	cr.bodyLimit = int64(r.GetRequestBodyBufferLimit().GetValue())
 	if cr.bodyLimit == 0 {
+		//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 		cr.bodyLimit = int64(r.GetPerRequestBufferLimitBytes().GetValue())
 	}
 
@@ -384,6 +391,7 @@ func compilePerFilter(m map[string]*anypb.Any) (map[string]*perFilterConfig, err
 			}
 			o := ep.GetOverrides()
 			if o.GetGrpcService() != nil || o.GetMetadataOptions() != nil || len(o.GetGrpcInitialMetadata()) > 0 ||
+				//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 				o.GetFailureModeAllow() != nil || o.GetAsyncMode() || len(o.GetRequestAttributes()) > 0 ||
 				len(o.GetResponseAttributes()) > 0 || o.GetProcessingRequestModifier() != nil {
 				return nil, fmt.Errorf("typed_per_filter_config %q: only overrides.processing_mode is supported", name)

@@ -174,6 +174,7 @@ func (d *DataPlane) compileCluster(c *clusterv3.Cluster, assignments map[string]
 			return nil, fmt.Errorf("%s: transport socket %q is not supported", from, ts.GetName())
 		}
 	}
+	//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 	if c.GetHttp2ProtocolOptions() != nil {
 		out.proto = protoHTTP2
 	}
@@ -203,6 +204,7 @@ func (d *DataPlane) compileCluster(c *clusterv3.Cluster, assignments map[string]
 			return nil, err
 		}
 	}
+	//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 	if d := c.GetCommonHttpProtocolOptions().GetIdleTimeout(); d != nil {
 		out.idleTimeout = d.AsDuration()
 	}

@@ -514,6 +514,7 @@ func (k *checker) checkGrpcCluster(res, field, name string) {
 }
 
 func speaksHTTP2(cl *clusterv3.Cluster) bool {
+	//lint:ignore SA1019 Envoy still honours this deprecated field, so the data plane reads it as Envoy does
 	if cl.GetHttp2ProtocolOptions() != nil {
 		return true
 	}
