@@ -86,7 +86,7 @@ func TestConcurrentOpen(t *testing.T) {
 
 func TestDSNEscapesPath(t *testing.T) {
 	got := DSN("/data/odd?dir%/x.db")
-	want := "file:///data/odd%3Fdir%25/x.db?_busy_timeout=5000&_txlock=immediate"
+	want := "file:///data/odd%3Fdir%25/x.db?_busy_timeout=5000&_pragma=secure_delete%281%29&_txlock=immediate"
 	if got != want {
 		t.Errorf("DSN = %q, want %q", got, want)
 	}
@@ -120,5 +120,62 @@ func TestOpenErrorNamesPathAndCause(t *testing.T) {
 	_, err := Open(context.Background(), filepath.Join(blocker, "x.db"), "test", nil)
 	if err == nil || !strings.Contains(err.Error(), blocker) {
 		t.Fatalf("Open under a file: %v, want an error naming %s", err, blocker)
+	}
+}
+
+// TestDeletedContentLeavesTheFiles: once a row is deleted and Erase has
+// run, its content is in none of the database's files, neither while the
+// database is open (the WAL held it) nor after it is closed. Short rows
+// live inside a page, long ones on overflow pages: both are checked.
+func TestDeletedContentLeavesTheFiles(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := Open(ctx, path, "test", []string{`CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	short := "marker-short-7f3a9c"
+	long := "marker-long-c41e02" + strings.Repeat("x", 20000)
+	for i, body := range []string{"keep-1", short, "keep-2", long, "keep-3"} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO t (id, body) VALUES (?, ?)`, i, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As after an automatic checkpoint: the rows are in the main file too.
+	if _, err := db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM t WHERE id IN (1, 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Erase(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	markers := []string{short, "marker-long-c41e02"}
+	assertAbsent(t, "open", path, markers)
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("rows kept: %d, %v", n, err)
+	}
+	db.Close()
+	assertAbsent(t, "closed", path, markers)
+}
+
+func assertAbsent(t *testing.T, when, path string, markers []string) {
+	t.Helper()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range markers {
+			if strings.Contains(string(b), m) {
+				t.Errorf("%s: deleted content %q is still in %s", when, m, filepath.Base(p))
+			}
+		}
 	}
 }
