@@ -48,7 +48,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -63,7 +62,7 @@ import (
 // the owner's (or no longer exists).
 type Files interface {
 	Get(ctx context.Context, owner, id string) (files.File, error)
-	Open(ctx context.Context, owner, id string) (files.File, *os.File, error)
+	Open(ctx context.Context, owner, id string) (files.File, files.Content, error)
 }
 
 // Gateway sends requests to the gateway's public API on behalf of an owner;
