@@ -54,6 +54,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
+	"github.com/switchyard-ai/switchyard/envelope"
 	"github.com/switchyard-ai/switchyard/tokenizer"
 )
 
@@ -176,6 +177,7 @@ type Result struct {
 // Service serves /v1/vector_stores and indexes and searches the stores.
 type Service struct {
 	db         *sql.DB
+	keys       *envelope.Keyring // seals chunk text (see db.go)
 	files      Files
 	gw         Gateway
 	model      string
@@ -218,12 +220,16 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vectorstores: %w", err)
 	}
+	keys, err := envelope.Load(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("vectorstores: open: %w", err)
+	}
 	db, err := openDB(ctx, filepath.Join(opts.DataDir, dbFile))
 	if err != nil {
 		return nil, fmt.Errorf("vectorstores: open: %w", err)
 	}
 	s := &Service{
-		db: db, files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
+		db: db, keys: keys, files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
 		tok: tok, workers: opts.Concurrency, maxStore: opts.MaxStoreChunks, maxOwner: opts.MaxOwnerChunks, sweepEvery: opts.SweepInterval, clock: opts.Now, log: opts.Logger,
 		wake: make(chan struct{}, 1), active: map[fileKey]bool{},
 	}
@@ -247,6 +253,10 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if err := s.sealLegacy(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("vectorstores: open: %w", err)
 	}
 	return s, nil
 }
