@@ -28,6 +28,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 )
 
 // KeySize is the size of every key: AES-256.
@@ -62,18 +64,41 @@ type kek struct {
 // Keyring is a set of KEKs; the first wraps new data keys. It is safe for
 // concurrent use.
 type Keyring struct {
+	mu     sync.RWMutex
+	ks     *keyset
+	source string
+	// reload, when set, reads the keys again from their source: Unwrap
+	// calls it on meeting a KEK it does not know, so a gateway keeps
+	// reading keys that `switchyard datakey rotate` rewrapped under a new
+	// KEK while it ran. At most once per reloadEvery.
+	reload     func() ([][]byte, error)
+	lastReload time.Time
+}
+
+// reloadEvery bounds how often an unknown KEK re-reads the key source.
+const reloadEvery = time.Second
+
+// keyset is the KEKs of a Keyring at one time.
+type keyset struct {
 	primary *kek
 	byID    map[string]*kek
-	source  string
 }
 
 // NewKeyring returns a keyring of keys (each KeySize bytes), the first the
 // primary. Duplicates are ignored.
 func NewKeyring(keys ...[]byte) (*Keyring, error) {
+	ks, err := newKeyset(keys)
+	if err != nil {
+		return nil, err
+	}
+	return &Keyring{ks: ks}, nil
+}
+
+func newKeyset(keys [][]byte) (*keyset, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("envelope: no key-encryption key")
 	}
-	k := &Keyring{byID: map[string]*kek{}}
+	k := &keyset{byID: map[string]*kek{}}
 	for i, raw := range keys {
 		if len(raw) != KeySize {
 			return nil, fmt.Errorf("envelope: key %d is %d bytes, want %d", i+1, len(raw), KeySize)
@@ -95,6 +120,42 @@ func NewKeyring(keys ...[]byte) (*Keyring, error) {
 	return k, nil
 }
 
+func (k *Keyring) current() *keyset {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return k.ks
+}
+
+// lookup finds KEK id, reloading the source once if it is unknown.
+func (k *Keyring) lookup(id string) (*kek, bool) {
+	if kk, ok := k.current().byID[id]; ok {
+		return kk, true
+	}
+	if k.reload == nil {
+		return nil, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if kk, ok := k.ks.byID[id]; ok {
+		return kk, true // another caller reloaded meanwhile
+	}
+	if time.Since(k.lastReload) < reloadEvery {
+		return nil, false
+	}
+	k.lastReload = time.Now()
+	keys, err := k.reload()
+	if err != nil {
+		return nil, false
+	}
+	ks, err := newKeyset(keys)
+	if err != nil {
+		return nil, false
+	}
+	k.ks = ks
+	kk, ok := ks.byID[id]
+	return kk, ok
+}
+
 // KeyID names a KEK: a hash of the key, which says nothing about it.
 func KeyID(key []byte) string {
 	h := sha256.New()
@@ -104,13 +165,14 @@ func KeyID(key []byte) string {
 }
 
 // PrimaryID is the id of the KEK that wraps new data keys.
-func (k *Keyring) PrimaryID() string { return k.primary.id }
+func (k *Keyring) PrimaryID() string { return k.current().primary.id }
 
 // IDs are the ids of every KEK, the primary first.
 func (k *Keyring) IDs() []string {
-	ids := []string{k.primary.id}
-	for id := range k.byID {
-		if id != k.primary.id {
+	ks := k.current()
+	ids := []string{ks.primary.id}
+	for id := range ks.byID {
+		if id != ks.primary.id {
 			ids = append(ids, id)
 		}
 	}
@@ -155,7 +217,7 @@ func (k *Keyring) NewDataKey(objectID string) (*DataKey, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := k.wrap(objectID, raw)
+	w, err := k.wrap(k.current().primary, objectID, raw)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,8 +233,7 @@ func newDataKey(objectID string, raw []byte) (*DataKey, error) {
 }
 
 // wrapped: version | len(kek id) | kek id | nonce | sealed key and tag.
-func (k *Keyring) wrap(objectID string, raw []byte) ([]byte, error) {
-	p := k.primary
+func (k *Keyring) wrap(p *kek, objectID string, raw []byte) ([]byte, error) {
 	out := make([]byte, 0, 2+len(p.id)+12+KeySize+16)
 	out = append(out, wrapVersion, byte(len(p.id)))
 	out = append(out, p.id...)
@@ -198,7 +259,7 @@ func (k *Keyring) Unwrap(objectID string, w []byte) (*DataKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	kk, ok := k.byID[id]
+	kk, ok := k.lookup(id)
 	if !ok {
 		return nil, fmt.Errorf("%w (%s)", ErrUnknownKEK, id)
 	}
@@ -220,14 +281,15 @@ func (k *Keyring) RewrapKey(objectID string, w []byte) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if id == k.primary.id {
+	p := k.current().primary
+	if id == p.id {
 		return w, false, nil
 	}
 	dk, err := k.Unwrap(objectID, w)
 	if err != nil {
 		return nil, false, err
 	}
-	nw, err := k.wrap(objectID, dk.raw)
+	nw, err := k.wrap(p, objectID, dk.raw)
 	if err != nil {
 		return nil, false, err
 	}

@@ -339,3 +339,55 @@ func TestLoad(t *testing.T) {
 		t.Error("a missing key file named by the environment was not an error")
 	}
 }
+
+// TestReloadOnUnknownKEK: a running keyring loaded from a key file reads
+// data keys that a rotation (another process) rewrapped under a KEK added
+// to the file after it started.
+func TestReloadOnUnknownKEK(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvKey, "")
+	t.Setenv(EnvKeyFile, "")
+	running, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := KeyFile(dir)
+	if err != nil || path != filepath.Join(dir, KeyFileName) {
+		t.Fatalf("KeyFile = %q, %v", path, err)
+	}
+	old, err := ParseKeys(mustRead(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey, _ := NewKey()
+	if err := WriteKeyFile(path, [][]byte{newKey, old[0]}); err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := Load(dir)
+	if err != nil || rotated.PrimaryID() != KeyID(newKey) {
+		t.Fatalf("rotated: %v, %v", rotated, err)
+	}
+	dk, w, err := rotated.NewDataKey("resp_9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dk2, err := running.Unwrap("resp_9", w)
+	if err != nil {
+		t.Fatalf("the running keyring did not pick up the new KEK: %v", err)
+	}
+	if pt, err := dk2.Open("f", dk.Seal("f", []byte("x"))); err != nil || string(pt) != "x" {
+		t.Fatalf("open: %q, %v", pt, err)
+	}
+	if running.PrimaryID() != KeyID(newKey) {
+		t.Errorf("after the reload the primary is %s, want the new key's", running.PrimaryID())
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -35,8 +35,12 @@ func (k *Keyring) Create(ctx context.Context, db DB, objectID string) (*DataKey,
 	if err != nil {
 		return nil, err
 	}
+	kekID, err := WrappedKEKID(w)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := db.ExecContext(ctx, `INSERT INTO data_keys (object_id, kek_id, wrapped) VALUES (?, ?, ?)`,
-		objectID, k.primary.id, w); err != nil {
+		objectID, kekID, w); err != nil {
 		return nil, fmt.Errorf("envelope: store data key of %s: %w", objectID, err)
 	}
 	return dk, nil
@@ -104,8 +108,9 @@ func (k *Keyring) rewrapSome(ctx context.Context, db *sql.DB) (int, error) {
 		return 0, fmt.Errorf("envelope: rewrap: %w", err)
 	}
 	defer tx.Rollback()
+	primary := k.PrimaryID()
 	rows, err := tx.QueryContext(ctx, `SELECT object_id, wrapped FROM data_keys WHERE kek_id <> ? LIMIT ?`,
-		k.primary.id, rewrapBatch)
+		primary, rewrapBatch)
 	if err != nil {
 		return 0, fmt.Errorf("envelope: rewrap: %w", err)
 	}
@@ -131,8 +136,12 @@ func (k *Keyring) rewrapSome(ctx context.Context, db *sql.DB) (int, error) {
 		if err != nil {
 			return 0, err
 		}
+		kekID, err := WrappedKEKID(nw)
+		if err != nil {
+			return 0, err
+		}
 		if _, err := tx.ExecContext(ctx, `UPDATE data_keys SET kek_id = ?, wrapped = ? WHERE object_id = ?`,
-			k.primary.id, nw, r.id); err != nil {
+			kekID, nw, r.id); err != nil {
 			return 0, fmt.Errorf("envelope: rewrap: %w", err)
 		}
 	}

@@ -33,11 +33,7 @@ func Load(dataDir string) (*Keyring, error) {
 		return parseKeyring(v, "$"+EnvKey)
 	}
 	if f := os.Getenv(EnvKeyFile); f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("envelope: $%s: %w", EnvKeyFile, err)
-		}
-		return parseKeyring(string(b), f)
+		return loadFile(f)
 	}
 	if dataDir == "" {
 		return nil, errors.New("envelope: no data directory for the data key file")
@@ -47,21 +43,50 @@ func Load(dataDir string) (*Keyring, error) {
 		return nil, fmt.Errorf("envelope: %w", err)
 	}
 	path := filepath.Join(dir, KeyFileName)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		return parseKeyring(string(b), path)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := createKeyFile(path); err != nil {
+			return nil, err
+		}
 	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("envelope: %w", err)
+	return loadFile(path)
+}
+
+// KeyFile is the file Load reads the keys from, "" when they come from
+// $SWITCHYARD_DATA_KEY.
+func KeyFile(dataDir string) (string, error) {
+	if strings.TrimSpace(os.Getenv(EnvKey)) != "" {
+		return "", nil
 	}
-	if err := createKeyFile(path); err != nil {
-		return nil, err
+	if f := os.Getenv(EnvKeyFile); f != "" {
+		return f, nil
 	}
-	b, err = os.ReadFile(path)
+	dir, err := filepath.Abs(dataDir)
 	if err != nil {
-		return nil, fmt.Errorf("envelope: %w", err)
+		return "", fmt.Errorf("envelope: %w", err)
 	}
-	return parseKeyring(string(b), path)
+	return filepath.Join(dir, KeyFileName), nil
+}
+
+// loadFile reads a keyring from a key file, and re-reads it when it meets
+// a KEK it does not know (rotation while it runs).
+func loadFile(path string) (*Keyring, error) {
+	read := func() ([][]byte, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("envelope: %w", err)
+		}
+		return ParseKeys(string(b))
+	}
+	keys, err := read()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	k, err := NewKeyring(keys...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	k.source, k.reload = path, read
+	return k, nil
 }
 
 func parseKeyring(s, source string) (*Keyring, error) {
