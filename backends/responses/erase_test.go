@@ -145,3 +145,47 @@ func TestLegacyRowsSealedOnOpen(t *testing.T) {
 		t.Errorf("sealed = %d, %v", sealed, err)
 	}
 }
+
+// TestKeyGoneMidRead: a response whose data key is deleted between the
+// row read and the key read (a concurrent delete) is not found, and an
+// ancestor in that state ends the chain there, as a deleted one does.
+func TestKeyGoneMidRead(t *testing.T) {
+	ctx := context.Background()
+	st, err := openStore(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	now := time.Now()
+	for i, id := range []string{"resp_a", "resp_b", "resp_c"} {
+		prev := ""
+		if i > 0 {
+			prev = []string{"resp_a", "resp_b"}[i-1]
+		}
+		if err := st.put(ctx, &stored{ID: id, Owner: "alice", PreviousID: prev, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+			Body: []byte(`{}`), Input: []byte(`["` + id + `"]`), Output: []byte(`[]`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.db.Exec(`DELETE FROM data_keys WHERE object_id IN ('resp_b', 'resp_c')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.body(ctx, "alice", "resp_c", now); !errors.Is(err, errNotFound) {
+		t.Errorf("body without its key: %v, want errNotFound", err)
+	}
+	if _, err := st.chain(ctx, "alice", "resp_c", now, 10, 0); !errors.Is(err, errNotFound) {
+		t.Errorf("chain of a response without its key: %v, want errNotFound", err)
+	}
+	if _, err := st.db.Exec(`DELETE FROM data_keys WHERE object_id = 'resp_a'`); err != nil {
+		t.Fatal(err)
+	}
+	// A newer response with its key: the chain is it alone.
+	if err := st.put(ctx, &stored{ID: "resp_d", Owner: "alice", PreviousID: "resp_c", CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+		Body: []byte(`{}`), Input: []byte(`["resp_d"]`), Output: []byte(`[]`)}); err != nil {
+		t.Fatal(err)
+	}
+	chain, err := st.chain(ctx, "alice", "resp_d", now, 10, 0)
+	if err != nil || len(chain) != 1 || chain[0].ID != "resp_d" {
+		t.Errorf("chain past an ancestor without its key: %+v, %v; want resp_d alone", chain, err)
+	}
+}

@@ -178,6 +178,9 @@ func (s *store) body(ctx context.Context, owner, id string, now time.Time) ([]by
 	if err == nil {
 		err = s.open(ctx, id, sealed, map[string]*[]byte{fieldBody: &b})
 	}
+	if errors.Is(err, envelope.ErrNoKey) {
+		return nil, errNotFound // deleted since the row was read
+	}
 	if err != nil {
 		return nil, fmt.Errorf("responses: get %s: %w", id, err)
 	}
@@ -287,9 +290,18 @@ func (s *store) chain(ctx context.Context, owner, id string, now time.Time, maxL
 	if len(out) == 0 {
 		return nil, errNotFound
 	}
-	for i := range out {
+	// Newest first, so that a response deleted since the walk (its key
+	// gone) ends the chain there, as the walk itself would have.
+	for i := len(out) - 1; i >= 0; i-- {
 		r := &out[i]
-		if err := s.open(ctx, r.ID, sealed[i], map[string]*[]byte{fieldInput: &r.Input, fieldOutput: &r.Output}); err != nil {
+		err := s.open(ctx, r.ID, sealed[i], map[string]*[]byte{fieldInput: &r.Input, fieldOutput: &r.Output})
+		if errors.Is(err, envelope.ErrNoKey) {
+			if i == len(out)-1 {
+				return nil, errNotFound
+			}
+			return out[i+1:], nil
+		}
+		if err != nil {
 			return nil, fmt.Errorf("responses: chain of %s: %w", id, err)
 		}
 	}

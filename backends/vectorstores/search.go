@@ -3,6 +3,7 @@ package vectorstores
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -116,12 +117,19 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 		}
 		// The text is opened only when scoring or a result needs it: a
 		// search reads every chunk, and most score on the vector alone.
+		// A chunk whose key is gone belongs to a file detached since the
+		// scan began: skipped, as the next scan would not see it.
 		opened := sealed == nil
+		gone := false
 		open := func() error {
 			if opened {
 				return nil
 			}
 			pt, err := keys.open(ctx, chunkKeyID(id, fileID, gen), chunkField(seq), sealed)
+			if errors.Is(err, envelope.ErrNoKey) {
+				gone = true
+				return nil
+			}
 			if err != nil {
 				return fmt.Errorf("vectorstores: search %s: %w", id, err)
 			}
@@ -158,6 +166,9 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 					if err := open(); err != nil {
 						return err
 					}
+					if gone {
+						break
+					}
 					words = wordSet(text)
 				}
 				hits := 0
@@ -170,7 +181,7 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 			}
 			best = max(best, sc)
 		}
-		if best < 0 || best < p.threshold || !top.wants(best) {
+		if gone || best < 0 || best < p.threshold || !top.wants(best) {
 			continue
 		}
 		var a []byte
@@ -179,6 +190,9 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 		}
 		if err := open(); err != nil {
 			return err
+		}
+		if gone {
+			continue
 		}
 		top.add(Result{FileID: fileID, Filename: filename, Score: best, Text: text, Attributes: a})
 	}
