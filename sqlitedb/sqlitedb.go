@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
@@ -251,6 +252,34 @@ func Erase(ctx context.Context, db *sql.DB) error {
 		return ErrEraseIncomplete
 	}
 	return nil
+}
+
+// Eraser runs Erase for one database after its deletes, one at a time,
+// and remembers a checkpoint that was held back (Pending), so that the
+// store's periodic sweep can finish it even when no delete follows.
+type Eraser struct {
+	db      *sql.DB
+	mu      sync.Mutex
+	pending bool
+}
+
+// NewEraser returns an Eraser for db.
+func NewEraser(db *sql.DB) *Eraser { return &Eraser{db: db} }
+
+// Erase runs Erase, and records whether it completed.
+func (e *Eraser) Erase(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	err := Erase(ctx, e.db)
+	e.pending = err != nil
+	return err
+}
+
+// Pending reports whether the last Erase did not complete.
+func (e *Eraser) Pending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pending
 }
 
 // ErrEraseIncomplete reports a checkpoint that another connection held

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestOpenCreatesPrivateFileAndMigrates(t *testing.T) {
@@ -178,4 +179,52 @@ func assertAbsent(t *testing.T, when, path string, markers []string) {
 			}
 		}
 	}
+}
+
+// TestEraserPendingWhileAReaderHoldsBack: a reader on an old snapshot
+// holds the checkpoint back, so the deleted content stays in the WAL and
+// the Eraser says so; the next Erase after the reader is done removes it.
+func TestEraserPendingWhileAReaderHoldsBack(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := Open(ctx, path, "test", []string{`CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const marker = "marker-held-back-91aa"
+	if _, err := db.ExecContext(ctx, `INSERT INTO t (id, body) VALUES (1, ?), (2, ?)`, []byte(marker), []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	e := NewEraser(db)
+	if err := e.Erase(ctx); err != nil || e.Pending() {
+		t.Fatalf("first Erase: %v, pending %v", err, e.Pending())
+	}
+	reader, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if _, err := reader.ExecContext(ctx, `BEGIN DEFERRED`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := reader.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("reader: %d, %v", n, err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM t WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := e.Erase(short); err == nil || !e.Pending() {
+		t.Fatalf("Erase under a reader: %v, pending %v", err, e.Pending())
+	}
+	if _, err := reader.ExecContext(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Erase(ctx); err != nil || e.Pending() {
+		t.Fatalf("Erase after the reader: %v, pending %v", err, e.Pending())
+	}
+	assertAbsent(t, "after the reader", path, []string{marker})
 }

@@ -136,6 +136,7 @@ type Options struct {
 type Store struct {
 	db         *sql.DB
 	keys       *envelope.Keyring
+	eraser     *sqlitedb.Eraser
 	blobDir    string
 	maxBytes   int64
 	sweepEvery time.Duration
@@ -185,6 +186,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
 	s.db = db
+	s.eraser = sqlitedb.NewEraser(db)
 	if err := s.reconcile(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("files: open: %w", err)
@@ -583,10 +585,12 @@ func (s *Store) Delete(ctx context.Context, owner, id string) error {
 }
 
 // erase checkpoints deleted keys out of the WAL (sqlitedb.Erase). A
-// checkpoint held back by a reader leaves them to the next one: logged,
-// not the client's error.
+// checkpoint held back by a reader leaves them to the next delete or
+// sweep: logged, not the client's error.
 func (s *Store) erase(ctx context.Context) {
-	if err := sqlitedb.Erase(ctx, s.db); err != nil {
+	// Not the request's context: the delete is done, a client leaving
+	// must not stop its erasure.
+	if err := s.eraser.Erase(context.WithoutCancel(ctx)); err != nil {
 		s.log.Warn("files: erasing deleted data keys from the WAL is deferred to the next delete", "err", err)
 	}
 }
@@ -726,6 +730,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		if len(ids) < sweepBatch {
 			break
 		}
+	}
+	if s.eraser.Pending() {
+		s.erase(ctx)
 	}
 	// Tombstones past CursorRetention, in batches as well.
 	for {

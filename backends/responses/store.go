@@ -59,8 +59,9 @@ type stored struct {
 // its key in the same transaction, then Erase checkpoints it out of the
 // WAL.
 type store struct {
-	db   *sql.DB
-	keys *envelope.Keyring
+	db     *sql.DB
+	keys   *envelope.Keyring
+	eraser *sqlitedb.Eraser
 }
 
 // Sealed fields of a response, bound into each ciphertext.
@@ -89,7 +90,7 @@ func openStore(ctx context.Context, dataDir string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("responses: open store: %w", err)
 	}
-	s := &store{db: db, keys: keys}
+	s := &store{db: db, keys: keys, eraser: sqlitedb.NewEraser(db)}
 	if err := s.sealLegacy(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("responses: open store: %w", err)
@@ -215,10 +216,12 @@ func (s *store) delete(ctx context.Context, owner, id string, now time.Time) err
 
 // erase checkpoints deleted rows and keys out of the WAL (sqlitedb.Erase).
 // The delete has happened either way: a checkpoint held back by a reader
-// leaves the old pages to the next one, so failure is not the client's
-// error.
+// leaves the old pages to the next delete or sweep, so failure is not the
+// client's error.
 func (s *store) erase(ctx context.Context) {
-	_ = sqlitedb.Erase(ctx, s.db)
+	// Not the request's context: the delete is done, a client leaving
+	// must not stop its erasure.
+	_ = s.eraser.Erase(context.WithoutCancel(ctx))
 }
 
 // chain returns the conversation that id ends: id's response and its
@@ -330,7 +333,7 @@ func (s *store) sweep(ctx context.Context, now time.Time) (int64, error) {
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("responses: sweep: %w", err)
 	}
-	if n > 0 {
+	if n > 0 || s.eraser.Pending() {
 		s.erase(ctx)
 	}
 	return n, nil

@@ -104,9 +104,12 @@ func storeKeyPrefix(storeID string) string { return "vsf:" + storeID + "/" }
 func chunkField(seq int64) string { return "chunk:" + strconv.FormatInt(seq, 10) }
 
 // erase checkpoints deleted keys and chunks out of the WAL
-// (sqlitedb.Erase); one held back by a reader is left to the next.
+// (sqlitedb.Erase); one held back by a reader is left to the next delete
+// or sweep.
 func (s *Service) erase(ctx context.Context) {
-	if err := sqlitedb.Erase(ctx, s.db); err != nil {
+	// Not the request's context: the delete is done, a client leaving
+	// must not stop its erasure.
+	if err := s.eraser.Erase(context.WithoutCancel(ctx)); err != nil {
 		s.log.Warn("vectorstores: erasing deleted data keys from the WAL is deferred to the next delete", "err", err)
 	}
 }

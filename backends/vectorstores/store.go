@@ -664,7 +664,7 @@ func (s *Service) sweepChunks(ctx context.Context) (int, error) {
 	keys, _ := res.RowsAffected()
 	total := 0
 	defer func() {
-		if keys > 0 || total > 0 {
+		if keys > 0 || total > 0 || s.eraser.Pending() {
 			s.erase(ctx)
 		}
 	}()

@@ -55,6 +55,7 @@ import (
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 	"github.com/switchyard-ai/switchyard/tokenizer"
 )
 
@@ -178,6 +179,7 @@ type Result struct {
 type Service struct {
 	db         *sql.DB
 	keys       *envelope.Keyring // seals chunk text (see db.go)
+	eraser     *sqlitedb.Eraser
 	files      Files
 	gw         Gateway
 	model      string
@@ -229,7 +231,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		return nil, fmt.Errorf("vectorstores: open: %w", err)
 	}
 	s := &Service{
-		db: db, keys: keys, files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
+		db: db, keys: keys, eraser: sqlitedb.NewEraser(db), files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
 		tok: tok, workers: opts.Concurrency, maxStore: opts.MaxStoreChunks, maxOwner: opts.MaxOwnerChunks, sweepEvery: opts.SweepInterval, clock: opts.Now, log: opts.Logger,
 		wake: make(chan struct{}, 1), active: map[fileKey]bool{},
 	}
