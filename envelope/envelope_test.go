@@ -160,6 +160,12 @@ func TestKeysTableAndRewrap(t *testing.T) {
 		t.Fatalf("KEKs in use: %v, %v", inUse, err)
 	}
 	onlyNew, _ := NewKeyring(newKey)
+	if err := onlyNew.Check(ctx, db); err != nil {
+		t.Errorf("Check after rewrap: %v", err)
+	}
+	if err := old.Check(ctx, db); !errors.Is(err, ErrMissingKEK) || !strings.Contains(err.Error(), onlyNew.PrimaryID()) {
+		t.Errorf("Check with the old KEK alone: %v, want ErrMissingKEK naming %s", err, onlyNew.PrimaryID())
+	}
 	for id, s := range sealed {
 		dk, err := onlyNew.Get(ctx, db, id)
 		if err != nil {

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // KeysMigration creates the data_keys table, where a component keeps its
@@ -168,4 +170,31 @@ func KEKsInUse(ctx context.Context, db *sql.DB) (map[string]int, error) {
 		out[id] = n
 	}
 	return out, rows.Err()
+}
+
+// ErrMissingKEK: a database holds data keys wrapped under KEKs the keyring
+// does not have, so their objects cannot be read.
+var ErrMissingKEK = errors.New("envelope: data keys are wrapped under key-encryption keys that are not configured")
+
+// Check verifies that the keyring holds every KEK that db's data keys are
+// wrapped under. A store calls it as it opens, so that a replaced or lost
+// key (an unset $SWITCHYARD_DATA_KEY, a new data directory key file) stops
+// the start rather than failing every read of the objects stored before.
+func (k *Keyring) Check(ctx context.Context, db *sql.DB) error {
+	inUse, err := KEKsInUse(ctx, db)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for id, n := range inUse {
+		if _, ok := k.lookup(id); !ok {
+			missing = append(missing, fmt.Sprintf("%s (%d data keys)", id, n))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	return fmt.Errorf("%w: %s; the keys come from %s, which holds %s",
+		ErrMissingKEK, strings.Join(missing, ", "), k.source, strings.Join(k.IDs(), ", "))
 }

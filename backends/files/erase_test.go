@@ -190,3 +190,23 @@ func TestLegacyBlobsSealedOnOpen(t *testing.T) {
 		t.Errorf("blob directory: %v", names)
 	}
 }
+
+// TestOpenRefusesAnotherKey: a store whose data keys were wrapped under a
+// KEK that is no longer configured does not start (rather than failing
+// every read of what it holds).
+func TestOpenRefusesAnotherKey(t *testing.T) {
+	t.Setenv(envelope.EnvKey, "")
+	t.Setenv(envelope.EnvKeyFile, "")
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{})
+	mustCreate(t, s, "a", File{Filename: "a.txt", Purpose: PurposeUserData}, "x")
+	s.Close()
+	other, err := envelope.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envelope.EnvKey, envelope.EncodeKey(other))
+	if _, err := Open(context.Background(), dir, Options{}); !errors.Is(err, envelope.ErrMissingKEK) || !strings.Contains(err.Error(), "$"+envelope.EnvKey) {
+		t.Errorf("Open with another key: %v, want ErrMissingKEK naming $%s", err, envelope.EnvKey)
+	}
+}

@@ -185,6 +185,10 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
+	if err := s.keys.Check(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("files: open: %w", err)
+	}
 	s.db = db
 	s.eraser = sqlitedb.NewEraser(db)
 	if err := s.reconcile(ctx); err != nil {

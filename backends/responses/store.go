@@ -90,6 +90,10 @@ func openStore(ctx context.Context, dataDir string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("responses: open store: %w", err)
 	}
+	if err := keys.Check(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("responses: open store: %w", err)
+	}
 	s := &store{db: db, keys: keys, eraser: sqlitedb.NewEraser(db)}
 	if err := s.sealLegacy(ctx); err != nil {
 		db.Close()

@@ -230,6 +230,10 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vectorstores: open: %w", err)
 	}
+	if err := keys.Check(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("vectorstores: open: %w", err)
+	}
 	s := &Service{
 		db: db, keys: keys, eraser: sqlitedb.NewEraser(db), files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
 		tok: tok, workers: opts.Concurrency, maxStore: opts.MaxStoreChunks, maxOwner: opts.MaxOwnerChunks, sweepEvery: opts.SweepInterval, clock: opts.Now, log: opts.Logger,
