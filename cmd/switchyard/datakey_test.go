@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 )
 
 // TestDatakeyRotate: rotate adds a new primary KEK and rewraps the stored
@@ -37,9 +40,18 @@ func TestDatakeyRotate(t *testing.T) {
 	}
 	oldID := envelope.KeyID(before[0])
 
+	oldWrapped := wrappedKey(t, filepath.Join(dir, "files.db"), f.ID)
+
 	out, _, err := runCLI(t, "datakey", "rotate", "--data-dir", dir)
 	if err != nil || !strings.Contains(out, "files.db: rewrapped 1 data key(s)") {
 		t.Fatalf("rotate: %v\n%s", err, out)
+	}
+	// The wrapping under the old KEK is gone from the database's files, so
+	// a leaked old KEK opens nothing.
+	for _, p := range []string{"files.db", "files.db-wal"} {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err == nil && bytes.Contains(b, oldWrapped) {
+			t.Errorf("the old wrapping is still in %s", p)
+		}
 	}
 	after, _ := envelope.ParseKeys(readFile(t, keyFile))
 	if len(after) != 2 || envelope.KeyID(after[1]) != oldID {
@@ -77,6 +89,21 @@ func TestDatakeyRotate(t *testing.T) {
 	if _, _, err := runCLI(t, "datakey", "rotate", "--data-dir", dir); err == nil || !strings.Contains(err.Error(), "datakey rewrap") {
 		t.Errorf("rotate with $%s: %v", envelope.EnvKey, err)
 	}
+}
+
+// wrappedKey reads object id's wrapped data key from the database at path.
+func wrappedKey(t *testing.T, path, id string) []byte {
+	t.Helper()
+	db, err := sql.Open("sqlite", sqlitedb.DSN(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var w []byte
+	if err := db.QueryRow(`SELECT wrapped FROM data_keys WHERE object_id = ?`, id).Scan(&w); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
 
 func readFile(t *testing.T, path string) string {
