@@ -397,3 +397,32 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// BenchmarkStream measures sealing and opening a blob stream.
+func BenchmarkStream(b *testing.B) {
+	ring, _ := NewKeyring(make([]byte, KeySize))
+	dk, _, _ := ring.NewDataKey("file-bench")
+	pt := make([]byte, 8<<20)
+	var ct bytes.Buffer
+	b.Run("seal", func(b *testing.B) {
+		b.SetBytes(int64(len(pt)))
+		for b.Loop() {
+			ct.Reset()
+			w, _ := dk.NewWriter(&ct, "blob")
+			w.Write(pt)
+			w.Close()
+		}
+	})
+	b.Run("open", func(b *testing.B) {
+		b.SetBytes(int64(len(pt)))
+		for b.Loop() {
+			r, err := dk.NewReader(bytes.NewReader(ct.Bytes()), int64(ct.Len()), "blob")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
