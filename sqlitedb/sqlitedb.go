@@ -1,7 +1,7 @@
 // Package sqlitedb owns opening the SQLite files Switchyard's stores keep
 // in the data directory (keys, files, batches, responses, vector stores):
-// created with mode 0600, in WAL mode, with a busy timeout on every pooled
-// connection and BEGIN IMMEDIATE transactions, retried while another process
+// created with mode 0600, in WAL mode, with a busy timeout, secure deletion
+// and BEGIN IMMEDIATE transactions on every pooled connection, retried while another process
 // opens the same file, and with each component's schema brought up to date
 // by append-only migrations.
 package sqlitedb
@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
@@ -113,6 +114,11 @@ func DSN(path string) string {
 	// lock upgrade, and SQLite then fails one with SQLITE_BUSY without
 	// consulting busy_timeout.
 	q.Set("_txlock", "immediate")
+	// secure_delete zeroes deleted content (cells, freed and overflow
+	// pages) instead of leaving it in free space, so a deleted response or
+	// data key is gone from the file once Erase has checkpointed. It is per
+	// connection, hence here. It costs extra writes on delete only.
+	q.Add("_pragma", "secure_delete(1)")
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs
 	}
@@ -226,3 +232,57 @@ func IsBusy(err error) bool {
 	}
 	return false
 }
+
+// Erase makes deleted content leave the database's files: callers run it
+// after deleting owners' content (a stored response, a file's data key).
+// secure_delete (see DSN) zeroes the deleted cells and freed pages, but in
+// WAL mode the zeroed pages are new frames: the old ones, holding the
+// content, stay in the -wal file and in the main file until a checkpoint
+// copies the new pages over them. A TRUNCATE checkpoint does that and then
+// cuts the -wal file to zero bytes. It waits (busy_timeout) for readers
+// and writers; when one still holds it back, the content leaves at the next
+// Erase that completes, and Erase reports ErrEraseIncomplete.
+func Erase(ctx context.Context, db *sql.DB) error {
+	var busy, logFrames, checkpointed int
+	err := db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logFrames, &checkpointed)
+	if err != nil {
+		return fmt.Errorf("sqlitedb: erase: %w", err)
+	}
+	if busy != 0 {
+		return ErrEraseIncomplete
+	}
+	return nil
+}
+
+// Eraser runs Erase for one database after its deletes, one at a time,
+// and remembers a checkpoint that was held back (Pending), so that the
+// store's periodic sweep can finish it even when no delete follows.
+type Eraser struct {
+	db      *sql.DB
+	mu      sync.Mutex
+	pending bool
+}
+
+// NewEraser returns an Eraser for db.
+func NewEraser(db *sql.DB) *Eraser { return &Eraser{db: db} }
+
+// Erase runs Erase, and records whether it completed.
+func (e *Eraser) Erase(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	err := Erase(ctx, e.db)
+	e.pending = err != nil
+	return err
+}
+
+// Pending reports whether the last Erase did not complete.
+func (e *Eraser) Pending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pending
+}
+
+// ErrEraseIncomplete reports a checkpoint that another connection held
+// back: the deleted content may still be in the -wal file until the next
+// one.
+var ErrEraseIncomplete = errors.New("sqlitedb: erase: checkpoint held back by another connection")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestOpenCreatesPrivateFileAndMigrates(t *testing.T) {
@@ -86,7 +87,7 @@ func TestConcurrentOpen(t *testing.T) {
 
 func TestDSNEscapesPath(t *testing.T) {
 	got := DSN("/data/odd?dir%/x.db")
-	want := "file:///data/odd%3Fdir%25/x.db?_busy_timeout=5000&_txlock=immediate"
+	want := "file:///data/odd%3Fdir%25/x.db?_busy_timeout=5000&_pragma=secure_delete%281%29&_txlock=immediate"
 	if got != want {
 		t.Errorf("DSN = %q, want %q", got, want)
 	}
@@ -121,4 +122,109 @@ func TestOpenErrorNamesPathAndCause(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), blocker) {
 		t.Fatalf("Open under a file: %v, want an error naming %s", err, blocker)
 	}
+}
+
+// TestDeletedContentLeavesTheFiles: once a row is deleted and Erase has
+// run, its content is in none of the database's files, neither while the
+// database is open (the WAL held it) nor after it is closed. Short rows
+// live inside a page, long ones on overflow pages: both are checked.
+func TestDeletedContentLeavesTheFiles(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := Open(ctx, path, "test", []string{`CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	short := "marker-short-7f3a9c"
+	long := "marker-long-c41e02" + strings.Repeat("x", 20000)
+	for i, body := range []string{"keep-1", short, "keep-2", long, "keep-3"} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO t (id, body) VALUES (?, ?)`, i, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// As after an automatic checkpoint: the rows are in the main file too.
+	if _, err := db.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM t WHERE id IN (1, 3)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := Erase(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	markers := []string{short, "marker-long-c41e02"}
+	assertAbsent(t, "open", path, markers)
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("rows kept: %d, %v", n, err)
+	}
+	db.Close()
+	assertAbsent(t, "closed", path, markers)
+}
+
+func assertAbsent(t *testing.T, when, path string, markers []string) {
+	t.Helper()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		b, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range markers {
+			if strings.Contains(string(b), m) {
+				t.Errorf("%s: deleted content %q is still in %s", when, m, filepath.Base(p))
+			}
+		}
+	}
+}
+
+// TestEraserPendingWhileAReaderHoldsBack: a reader on an old snapshot
+// holds the checkpoint back, so the deleted content stays in the WAL and
+// the Eraser says so; the next Erase after the reader is done removes it.
+func TestEraserPendingWhileAReaderHoldsBack(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "x.db")
+	db, err := Open(ctx, path, "test", []string{`CREATE TABLE t (id INTEGER PRIMARY KEY, body BLOB NOT NULL) STRICT`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const marker = "marker-held-back-91aa"
+	if _, err := db.ExecContext(ctx, `INSERT INTO t (id, body) VALUES (1, ?), (2, ?)`, []byte(marker), []byte("other")); err != nil {
+		t.Fatal(err)
+	}
+	e := NewEraser(db)
+	if err := e.Erase(ctx); err != nil || e.Pending() {
+		t.Fatalf("first Erase: %v, pending %v", err, e.Pending())
+	}
+	reader, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if _, err := reader.ExecContext(ctx, `BEGIN DEFERRED`); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := reader.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("reader: %d, %v", n, err)
+	}
+	if _, err := db.ExecContext(ctx, `DELETE FROM t WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := e.Erase(short); err == nil || !e.Pending() {
+		t.Fatalf("Erase under a reader: %v, pending %v", err, e.Pending())
+	}
+	if _, err := reader.ExecContext(ctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Erase(ctx); err != nil || e.Pending() {
+		t.Fatalf("Erase after the reader: %v, pending %v", err, e.Pending())
+	}
+	assertAbsent(t, "after the reader", path, []string{marker})
 }

@@ -36,7 +36,7 @@ import (
 // batch_output files through it.
 type FileStore interface {
 	Get(ctx context.Context, owner, id string) (files.File, error)
-	Open(ctx context.Context, owner, id string) (files.File, *os.File, error)
+	Open(ctx context.Context, owner, id string) (files.File, files.Content, error)
 	Create(ctx context.Context, owner string, meta files.File, r io.Reader, maxBytes int64) (files.File, error)
 }
 

@@ -220,7 +220,7 @@ type unlinkingFiles struct {
 	path string
 }
 
-func (u unlinkingFiles) Open(ctx context.Context, owner, id string) (files.File, *os.File, error) {
+func (u unlinkingFiles) Open(ctx context.Context, owner, id string) (files.File, files.Content, error) {
 	f, err := os.Open(u.path)
 	if err != nil {
 		return files.File{}, nil, err

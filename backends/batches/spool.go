@@ -209,9 +209,9 @@ func (sp *spool) close() {
 var errSpoolClosed = errors.New("spool closed")
 
 // spoolInput is the batch's own copy of its input file, made when it is
-// first read: a hard link to the files store's blob (a copy where a link is
-// impossible). From then on the batch reads only this, so deleting or
-// expiring the input file cannot fail a batch after a restart or leave lines
+// first read: the content copied out of the files store (where it is
+// sealed). From then on the batch reads only this, so deleting or expiring
+// the input file cannot fail a batch after a restart or leave lines
 // unsent; the copy goes with the spool directory when the batch ends.
 const spoolInput = "input.jsonl"
 
@@ -237,13 +237,10 @@ func (s *Service) openInput(ctx context.Context, b batch) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("input snapshot: %w", err)
 	}
-	// A link is free and atomic. It fails across file systems, or when the
-	// blob was deleted since it was opened: then copy from the open handle,
-	// which still reads the whole content.
-	if err := os.Link(in.Name(), dst); err != nil {
-		if err := copyInput(in, dst); err != nil {
-			return nil, err
-		}
+	// A copy, not a link to the blob: the blob is sealed. The open handle
+	// reads the whole content even if the file is deleted meanwhile.
+	if err := copyInput(in, dst); err != nil {
+		return nil, err
 	}
 	if err := syncDir(dir); err != nil {
 		return nil, fmt.Errorf("input snapshot: %w", err)
@@ -253,13 +250,13 @@ func (s *Service) openInput(ctx context.Context, b batch) (*os.File, error) {
 
 // copyInput copies in to dst through a temporary file, fsynced before it is
 // renamed into place, so dst is always whole.
-func copyInput(in *os.File, dst string) error {
+func copyInput(in io.Reader, dst string) error {
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("input snapshot: %w", err)
 	}
-	_, err = io.Copy(out, io.NewSectionReader(in, 0, 1<<62))
+	_, err = io.Copy(out, in)
 	if err == nil {
 		err = out.Sync()
 	}

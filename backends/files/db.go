@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/switchyard-ai/switchyard/envelope"
 	"github.com/switchyard-ai/switchyard/sqlitedb"
 )
 
@@ -42,4 +43,11 @@ var migrations = []string{
 		gone_at    INTEGER NOT NULL
 	) STRICT;
 	CREATE INDEX file_tombstones_gone ON file_tombstones (gone_at);`,
+	// 3: sealed blobs. sealed is 1 when the blob is a sealed stream
+	// (envelope) under the data key of the file's id; files written before
+	// are 0 until sealLegacy seals them on open.
+	`ALTER TABLE files ADD COLUMN sealed INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX files_unsealed ON files (id) WHERE sealed = 0;`,
+	// 4: the wrapped data keys.
+	envelope.KeysMigration,
 }

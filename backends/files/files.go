@@ -15,6 +15,11 @@
 // Content never passes through memory
 // as a whole: uploads and downloads are copied with a fixed-size buffer.
 //
+// Blobs are sealed at rest (envelope): each file's content is a sealed
+// stream under a data key of its own, stored wrapped in files.db beside
+// the row and inserted and deleted in the same transaction, so a deleted
+// file's blob is unreadable even where a copy of it survives.
+//
 // One Store owns a data directory: Open cleans up what a crashed process
 // left behind, which would race with another process uploading into the
 // same directory.
@@ -33,6 +38,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 )
 
 // Purposes of a file. Clients may upload every purpose but PurposeBatchOutput,
@@ -71,6 +79,8 @@ const (
 	idPrefix             = "file-"
 	idRandLen            = 24
 	partSuffix           = ".part"
+	sealSuffix           = ".seal" // a legacy blob being sealed (sealLegacy)
+	blobField            = "blob"  // the sealed field of a file
 	dbFile               = "files.db"
 	blobDirName          = "files"
 )
@@ -125,6 +135,8 @@ type Options struct {
 // Store is the file store. It is safe for concurrent use.
 type Store struct {
 	db         *sql.DB
+	keys       *envelope.Keyring
+	eraser     *sqlitedb.Eraser
 	blobDir    string
 	maxBytes   int64
 	sweepEvery time.Duration
@@ -166,19 +178,31 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(s.blobDir, 0o700); err != nil {
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
+	if s.keys, err = envelope.Load(abs); err != nil {
+		return nil, fmt.Errorf("files: open: %w", err)
+	}
 	db, err := openDB(ctx, filepath.Join(abs, dbFile))
 	if err != nil {
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
+	if err := s.keys.Check(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("files: open: %w", err)
+	}
 	s.db = db
+	s.eraser = sqlitedb.NewEraser(db)
 	if err := s.reconcile(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("files: open: %w", err)
+	}
+	if err := s.sealLegacy(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
 	return s, nil
 }
 
-// Close closes the database. Readers already holding an *os.File from Open
+// Close closes the database. Readers already holding a Content from Open
 // keep working.
 func (s *Store) Close() error { return s.db.Close() }
 
@@ -240,6 +264,7 @@ func validateFilename(name string) error {
 type staged struct {
 	id, path string
 	bytes    int64
+	wrapped  []byte // the file's data key, wrapped, to store with the row
 }
 
 // readError marks a failure to read the content (the client's body ended
@@ -270,14 +295,19 @@ func (sr *sourceReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// stage streams r into a new part file, counting bytes: io.Copy's buffer is
-// all the memory an upload uses, whatever its size.
+// stage streams r, sealed under a new data key, into a new part file,
+// counting bytes: io.Copy's buffer and one sealed segment are all the
+// memory an upload uses, whatever its size.
 func (s *Store) stage(ctx context.Context, r io.Reader, maxBytes int64) (*staged, error) {
 	id, err := newID()
 	if err != nil {
 		return nil, err
 	}
-	st := &staged{id: id, path: s.blobPath(id) + partSuffix}
+	dk, wrapped, err := s.keys.NewDataKey(id)
+	if err != nil {
+		return nil, fmt.Errorf("files: stage: %w", err)
+	}
+	st := &staged{id: id, path: s.blobPath(id) + partSuffix, wrapped: wrapped}
 	f, err := os.OpenFile(st.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("files: stage: %w", err)
@@ -295,7 +325,11 @@ func (s *Store) stage(ctx context.Context, r io.Reader, maxBytes int64) (*staged
 		// One byte more than allowed tells "exactly the limit" from "over".
 		from = io.LimitReader(src, maxBytes+1)
 	}
-	n, err := io.Copy(f, from)
+	sw, err := dk.NewWriter(f, blobField)
+	if err != nil {
+		return nil, fmt.Errorf("files: stage: %w", err)
+	}
+	n, err := io.Copy(sw, from)
 	if src.err != nil {
 		return nil, &readError{err: src.err}
 	}
@@ -304,6 +338,9 @@ func (s *Store) stage(ctx context.Context, r io.Reader, maxBytes int64) (*staged
 	}
 	if maxBytes > 0 && n > maxBytes {
 		return nil, fmt.Errorf("files: stage: more than %d bytes: %w", maxBytes, ErrTooLarge)
+	}
+	if err := sw.Close(); err != nil {
+		return nil, fmt.Errorf("files: stage: %w", err)
 	}
 	// The row must never point at content the OS could still lose.
 	if err := f.Sync(); err != nil {
@@ -354,14 +391,35 @@ func (s *Store) commit(ctx context.Context, st *staged, owner string, meta File,
 	if !f.ExpiresAt.IsZero() {
 		f.ExpiresAt = time.Unix(0, f.ExpiresAt.UnixNano()).UTC()
 	}
-	if _, err := s.db.ExecContext(ctx,
-		`INSERT INTO files (id, owner, filename, purpose, bytes, created_at, expires_at)
-		 VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		f.ID, f.Owner, f.Filename, f.Purpose, f.Bytes, f.CreatedAt.UnixNano(), nullTime(f.ExpiresAt)); err != nil {
+	if err := s.insert(ctx, f, st.wrapped); err != nil {
 		os.Remove(final)
 		return File{}, fmt.Errorf("files: commit %s: %w", st.id, err)
 	}
 	return f, nil
+}
+
+// insert writes f's row and its wrapped data key in one transaction.
+func (s *Store) insert(ctx context.Context, f File, wrapped []byte) error {
+	kekID, err := envelope.WrappedKEKID(wrapped)
+	if err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO data_keys (object_id, kek_id, wrapped) VALUES (?, ?, ?)`,
+		f.ID, kekID, wrapped); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO files (id, owner, filename, purpose, bytes, created_at, expires_at, sealed)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, 1)`,
+		f.ID, f.Owner, f.Filename, f.Purpose, f.Bytes, f.CreatedAt.UnixNano(), nullTime(f.ExpiresAt)); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // syncDir makes a rename durable: the new directory entry is only on disk
@@ -418,13 +476,41 @@ func (s *Store) Get(ctx context.Context, owner, id string) (File, error) {
 	return f, nil
 }
 
+// Content is a file's content as Open returns it, in the clear: read
+// sequentially or at any offset. Every byte read from a sealed blob has
+// been authenticated; a blob altered or cut short on disk fails the read.
+type Content interface {
+	io.ReadSeekCloser
+	io.ReaderAt
+}
+
+// sealedContent reads a sealed blob through its open handle.
+type sealedContent struct {
+	*envelope.Reader
+	f *os.File
+}
+
+func (c *sealedContent) Close() error { return c.f.Close() }
+
 // Open returns owner's file id and its content; the caller closes it. A file
 // deleted meanwhile is ErrNotFound; one deleted after Open stays readable
-// through the returned handle.
-func (s *Store) Open(ctx context.Context, owner, id string) (File, *os.File, error) {
+// through the returned handle, which holds its data key.
+func (s *Store) Open(ctx context.Context, owner, id string) (File, Content, error) {
 	f, err := s.Get(ctx, owner, id)
 	if err != nil {
 		return File{}, nil, err
+	}
+	var sealed bool
+	var wrapped []byte
+	err = s.db.QueryRowContext(ctx,
+		`SELECT f.sealed, k.wrapped FROM files f LEFT JOIN data_keys k ON k.object_id = f.id WHERE f.id = ?`,
+		id).Scan(&sealed, &wrapped)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && sealed && wrapped == nil) {
+		// Deleted (or swept) since the row was read.
+		return File{}, nil, fmt.Errorf("files: open %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return File{}, nil, fmt.Errorf("files: open %s: %w", id, err)
 	}
 	fh, err := os.Open(s.blobPath(id))
 	if errors.Is(err, os.ErrNotExist) {
@@ -434,7 +520,31 @@ func (s *Store) Open(ctx context.Context, owner, id string) (File, *os.File, err
 	if err != nil {
 		return File{}, nil, fmt.Errorf("files: open %s: %w", id, err)
 	}
-	return f, fh, nil
+	if !sealed {
+		return f, fh, nil // written before encryption at rest, not yet sealed
+	}
+	c, err := s.openSealed(id, wrapped, fh)
+	if err != nil {
+		fh.Close()
+		return File{}, nil, fmt.Errorf("files: open %s: %w", id, err)
+	}
+	return f, c, nil
+}
+
+func (s *Store) openSealed(id string, wrapped []byte, fh *os.File) (*sealedContent, error) {
+	dk, err := s.keys.Unwrap(id, wrapped)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	r, err := dk.NewReader(fh, fi.Size(), blobField)
+	if err != nil {
+		return nil, err
+	}
+	return &sealedContent{Reader: r, f: fh}, nil
 }
 
 // Delete deletes owner's file id, or returns an error wrapping ErrNotFound.
@@ -458,6 +568,10 @@ func (s *Store) Delete(ctx context.Context, owner, id string) error {
 	if err != nil {
 		return fmt.Errorf("files: delete %s: %w", id, err)
 	}
+	// With its data key, the blob is unreadable wherever a copy of it is.
+	if err := envelope.Delete(ctx, tx, id); err != nil {
+		return fmt.Errorf("files: delete %s: %w", id, err)
+	}
 	// The tombstone keeps the file's place in listings for cursors.
 	if _, err := tx.ExecContext(ctx,
 		`INSERT OR REPLACE INTO file_tombstones (id, owner, created_at, gone_at) VALUES (?, ?, ?, ?)`,
@@ -467,10 +581,22 @@ func (s *Store) Delete(ctx context.Context, owner, id string) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("files: delete %s: %w", id, err)
 	}
+	s.erase(ctx)
 	// The row is gone, so the file is deleted whatever happens to the blob;
 	// a blob left behind is removed by the next Open.
 	s.removeBlob(id)
 	return nil
+}
+
+// erase checkpoints deleted keys out of the WAL (sqlitedb.Erase). A
+// checkpoint held back by a reader leaves them to the next delete or
+// sweep: logged, not the client's error.
+func (s *Store) erase(ctx context.Context) {
+	// Not the request's context: the delete is done, a client leaving
+	// must not stop its erasure.
+	if err := s.eraser.Erase(context.WithoutCancel(ctx)); err != nil {
+		s.log.Warn("files: erasing deleted data keys from the WAL is deferred to the next delete", "err", err)
+	}
 }
 
 func (s *Store) removeBlob(id string) {
@@ -598,6 +724,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		if err != nil {
 			return total, err
 		}
+		if len(ids) > 0 {
+			s.erase(ctx)
+		}
 		for _, id := range ids {
 			s.removeBlob(id)
 		}
@@ -605,6 +734,9 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 		if len(ids) < sweepBatch {
 			break
 		}
+	}
+	if s.eraser.Pending() {
+		s.erase(ctx)
 	}
 	// Tombstones past CursorRetention, in batches as well.
 	for {
@@ -660,6 +792,9 @@ func (s *Store) sweepRows(ctx context.Context, now time.Time) ([]string, error) 
 			g.id, g.owner, g.created, now.UnixNano()); err != nil {
 			return nil, fmt.Errorf("files: sweep: %w", err)
 		}
+		if err := envelope.Delete(ctx, tx, g.id); err != nil {
+			return nil, fmt.Errorf("files: sweep: %w", err)
+		}
 		ids = append(ids, g.id)
 	}
 	if err := tx.Commit(); err != nil {
@@ -701,6 +836,12 @@ func (s *Store) reconcile(ctx context.Context) error {
 	for _, e := range entries {
 		name := e.Name()
 		if !e.Type().IsRegular() {
+			continue
+		}
+		if id, ok := strings.CutSuffix(name, sealSuffix); ok && wellFormedID(id) {
+			if err := s.finishSeal(ctx, id); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
 			continue
 		}
 		if id, ok := strings.CutSuffix(name, partSuffix); ok && wellFormedID(id) {

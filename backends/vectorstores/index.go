@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/files"
+	"github.com/switchyard-ai/switchyard/envelope"
 )
 
 // supportedExt are the file types indexed, all read as UTF-8 text: OpenAI's
@@ -126,6 +127,9 @@ func (s *Service) finish(ctx context.Context, j job, status, code, msg string, u
 			j.storeID, j.fileID, j.gen); err != nil {
 			return err
 		}
+		if err := envelope.Delete(ctx, tx, chunkKeyID(j.storeID, j.fileID, j.gen)); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }
@@ -133,8 +137,10 @@ func (s *Service) finish(ctx context.Context, j job, status, code, msg string, u
 // indexFile chunks, embeds and stores a file, returning its chunk count
 // and usage in bytes (chunk text and vectors).
 func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
-	// Chunks of an attempt a crash interrupted.
-	if err := s.resetChunks(ctx, j); err != nil {
+	// Chunks of an attempt a crash interrupted; a new data key seals this
+	// attempt's.
+	dk, err := s.resetChunks(ctx, j)
+	if err != nil {
 		return 0, 0, err
 	}
 	ext := strings.ToLower(path.Ext(j.filename))
@@ -171,7 +177,7 @@ func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 		if err != nil {
 			return err
 		}
-		n, err := s.insertChunks(ctx, j, seq, batch, vecs)
+		n, err := s.insertChunks(ctx, j, dk, seq, batch, vecs)
 		if err != nil {
 			return err
 		}
@@ -211,7 +217,7 @@ func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 // insertChunks stores a batch of chunks, if the file is still the attach
 // being indexed (else errDetached: nothing is written). It returns the
 // bytes stored.
-func (s *Service) insertChunks(ctx context.Context, j job, seq int, texts []string, vecs [][]float32) (int64, error) {
+func (s *Service) insertChunks(ctx context.Context, j job, dk *envelope.DataKey, seq int, texts []string, vecs [][]float32) (int64, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
@@ -231,7 +237,7 @@ func (s *Service) insertChunks(ctx context.Context, j job, seq int, texts []stri
 		len(texts), j.storeID, j.fileID, j.gen); err != nil {
 		return 0, err
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO chunks (store_id, file_id, gen, seq, text, vector) VALUES (?, ?, ?, ?, ?, ?)`)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO chunks (store_id, file_id, gen, seq, text, sealed_text, vector) VALUES (?, ?, ?, ?, '', ?, ?)`)
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +245,8 @@ func (s *Service) insertChunks(ctx context.Context, j job, seq int, texts []stri
 	var n int64
 	for i, text := range texts {
 		v := encodeVector(vecs[i])
-		if _, err := stmt.ExecContext(ctx, j.storeID, j.fileID, j.gen, seq+i, text, v); err != nil {
+		sealed := dk.Seal(chunkField(int64(seq+i)), []byte(text))
+		if _, err := stmt.ExecContext(ctx, j.storeID, j.fileID, j.gen, seq+i, sealed, v); err != nil {
 			return 0, err
 		}
 		n += int64(len(text) + len(v))
@@ -247,22 +254,38 @@ func (s *Service) insertChunks(ctx context.Context, j job, seq int, texts []stri
 	return n, tx.Commit()
 }
 
-// resetChunks deletes the chunks of j's generation and zeroes its count.
-func (s *Service) resetChunks(ctx context.Context, j job) error {
+// resetChunks deletes the chunks of j's generation and zeroes its count,
+// and makes the generation a new data key for its chunks (errDetached if
+// the file is no longer attached: no key is left behind).
+func (s *Service) resetChunks(ctx context.Context, j job) (*envelope.DataKey, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
 		j.storeID, j.fileID, j.gen); err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ?`,
-		j.storeID, j.fileID, j.gen); err != nil {
-		return err
+	res, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ?`,
+		j.storeID, j.fileID, j.gen)
+	if err != nil {
+		return nil, err
 	}
-	return tx.Commit()
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, err
+	} else if n == 0 {
+		return nil, errDetached
+	}
+	kid := chunkKeyID(j.storeID, j.fileID, j.gen)
+	if err := envelope.Delete(ctx, tx, kid); err != nil {
+		return nil, err
+	}
+	dk, err := s.keys.Create(ctx, tx, kid)
+	if err != nil {
+		return nil, err
+	}
+	return dk, tx.Commit()
 }
 
 type querier interface {

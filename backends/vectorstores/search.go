@@ -2,12 +2,16 @@ package vectorstores
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"unicode"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/switchyard-ai/switchyard/envelope"
 )
 
 // Scoring. A chunk's score for a query blends the cosine similarity of
@@ -86,7 +90,13 @@ func (s *Service) search(ctx context.Context, owner string, storeIDs []string, p
 // one row at a time: memory is the query vectors and the top k, whatever
 // the store's size.
 func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms [][]string, p searchParams, top *topK) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT c.file_id, f.filename, f.attributes, c.text, c.vector
+	// The store's data keys, read before the scan: a scan holds its
+	// connection, and the keys are few (one per file).
+	keys, err := s.chunkKeys(ctx, id)
+	if err != nil {
+		return fmt.Errorf("vectorstores: search %s: %w", id, err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT c.file_id, c.gen, c.seq, f.filename, f.attributes, c.text, c.sealed_text, c.vector
 		FROM chunks c JOIN store_files f ON f.store_id = c.store_id AND f.file_id = c.file_id AND f.gen = c.gen
 		WHERE c.store_id = ? AND f.status = ?`, id, statusCompleted)
 	if err != nil {
@@ -95,14 +105,36 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 	defer rows.Close()
 	var (
 		fileID, filename, text string
+		gen, seq               int64
 		attrs                  *string
-		vec                    []byte
+		sealed, vec            []byte
 		mismatched             int
 		allowed                = map[string]bool{} // filter outcome per file
 	)
 	for rows.Next() {
-		if err := rows.Scan(&fileID, &filename, &attrs, &text, &vec); err != nil {
+		if err := rows.Scan(&fileID, &gen, &seq, &filename, &attrs, &text, &sealed, &vec); err != nil {
 			return fmt.Errorf("vectorstores: search %s: %w", id, err)
+		}
+		// The text is opened only when scoring or a result needs it: a
+		// search reads every chunk, and most score on the vector alone.
+		// A chunk whose key is gone belongs to a file detached since the
+		// scan began: skipped, as the next scan would not see it.
+		opened := sealed == nil
+		gone := false
+		open := func() error {
+			if opened {
+				return nil
+			}
+			pt, err := keys.open(ctx, chunkKeyID(id, fileID, gen), chunkField(seq), sealed)
+			if errors.Is(err, envelope.ErrNoKey) {
+				gone = true
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("vectorstores: search %s: %w", id, err)
+			}
+			text, opened = string(pt), true
+			return nil
 		}
 		if p.filter != nil {
 			ok, seen := allowed[fileID]
@@ -131,6 +163,12 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 				sc = max(0, min(1, cos))
 			} else {
 				if words == nil {
+					if err := open(); err != nil {
+						return err
+					}
+					if gone {
+						break
+					}
 					words = wordSet(text)
 				}
 				hits := 0
@@ -143,12 +181,18 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 			}
 			best = max(best, sc)
 		}
-		if best < 0 || best < p.threshold || !top.wants(best) {
+		if gone || best < 0 || best < p.threshold || !top.wants(best) {
 			continue
 		}
 		var a []byte
 		if attrs != nil {
 			a = []byte(*attrs)
+		}
+		if err := open(); err != nil {
+			return err
+		}
+		if gone {
+			continue
 		}
 		top.add(Result{FileID: fileID, Filename: filename, Score: best, Text: text, Attributes: a})
 	}
@@ -207,4 +251,53 @@ func wordSet(text string) map[string]bool {
 		m[t] = true
 	}
 	return m
+}
+
+// storeKeys are a store's chunk data keys, wrapped, unwrapped on first use.
+type storeKeys struct {
+	db      *sql.DB
+	ring    *envelope.Keyring
+	wrapped map[string][]byte
+	keys    map[string]*envelope.DataKey
+}
+
+// chunkKeys reads the wrapped data keys of store id.
+func (s *Service) chunkKeys(ctx context.Context, id string) (*storeKeys, error) {
+	prefix := storeKeyPrefix(id)
+	rows, err := s.db.QueryContext(ctx, `SELECT object_id, wrapped FROM data_keys WHERE object_id >= ? AND object_id < ?`,
+		prefix, prefix+"\xff")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	k := &storeKeys{db: s.db, ring: s.keys, wrapped: map[string][]byte{}, keys: map[string]*envelope.DataKey{}}
+	for rows.Next() {
+		var oid string
+		var w []byte
+		if err := rows.Scan(&oid, &w); err != nil {
+			return nil, err
+		}
+		k.wrapped[oid] = w
+	}
+	return k, rows.Err()
+}
+
+// open decrypts a sealed chunk of the generation keyID. A key missing
+// from those read before the scan is of a file whose indexing completed
+// since: it is read now (on another connection).
+func (k *storeKeys) open(ctx context.Context, keyID, field string, sealed []byte) ([]byte, error) {
+	dk := k.keys[keyID]
+	if dk == nil {
+		var err error
+		if w, ok := k.wrapped[keyID]; ok {
+			dk, err = k.ring.Unwrap(keyID, w)
+		} else {
+			dk, err = k.ring.Get(ctx, k.db, keyID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		k.keys[keyID] = dk
+	}
+	return dk.Open(field, sealed)
 }

@@ -8,6 +8,8 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/switchyard-ai/switchyard/envelope"
 )
 
 // The database rows and their queries. Every query that a client's request
@@ -278,8 +280,8 @@ func (s *Service) modifyStore(ctx context.Context, owner, id string, p storePatc
 	return st, nil
 }
 
-// deleteStore deletes owner's store id and its file rows; the chunks,
-// unreachable from then on, are deleted by the next sweep.
+// deleteStore deletes owner's store id, its file rows and its chunks' data
+// keys; the chunks, unreadable from then on, are deleted by the next sweep.
 func (s *Service) deleteStore(ctx context.Context, owner, id string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -298,9 +300,13 @@ func (s *Service) deleteStore(ctx context.Context, owner, id string) error {
 	if _, err := tx.ExecContext(ctx, `DELETE FROM store_files WHERE store_id = ?`, id); err != nil {
 		return fmt.Errorf("vectorstores: delete %s: %w", id, err)
 	}
+	if err := envelope.DeletePrefix(ctx, tx, storeKeyPrefix(id)); err != nil {
+		return fmt.Errorf("vectorstores: delete %s: %w", id, err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("vectorstores: delete %s: %w", id, err)
 	}
+	s.erase(ctx)
 	s.poke()
 	return nil
 }
@@ -476,21 +482,32 @@ func (s *Service) setAttributes(ctx context.Context, owner, id, fileID string, a
 }
 
 // detachFile removes file fileID from owner's store id. Its chunks are
-// unreachable at once (searches join on the row) and deleted by the next
-// sweep; an indexer still working on it finds its row gone and stops.
+// unreachable at once (searches join on the row), unreadable (their data
+// key goes with the row) and deleted by the next sweep; an indexer still working on it finds its row gone and stops.
 func (s *Service) detachFile(ctx context.Context, owner, id, fileID string) error {
 	if _, err := s.getStore(ctx, s.db, owner, id); err != nil {
 		return err
 	}
-	res, err := s.db.ExecContext(ctx, `DELETE FROM store_files WHERE store_id = ? AND file_id = ?`, id, fileID)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("vectorstores: detach %s from %s: %w", fileID, id, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return fmt.Errorf("vectorstores: detach %s from %s: %w", fileID, id, err)
-	} else if n == 0 {
+	defer tx.Rollback()
+	var gen int64
+	err = tx.QueryRowContext(ctx, `DELETE FROM store_files WHERE store_id = ? AND file_id = ? RETURNING gen`, id, fileID).Scan(&gen)
+	if errors.Is(err, sql.ErrNoRows) {
 		return &fileNotFound{id: fileID}
 	}
+	if err != nil {
+		return fmt.Errorf("vectorstores: detach %s from %s: %w", fileID, id, err)
+	}
+	if err := envelope.Delete(ctx, tx, chunkKeyID(id, fileID, gen)); err != nil {
+		return fmt.Errorf("vectorstores: detach %s from %s: %w", fileID, id, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("vectorstores: detach %s from %s: %w", fileID, id, err)
+	}
+	s.erase(ctx)
 	s.poke()
 	return nil
 }
@@ -618,9 +635,16 @@ func (s *Service) sweepStores(ctx context.Context) (int, error) {
 				tx.Rollback()
 				return total, err
 			}
+			if err := envelope.DeletePrefix(ctx, tx, storeKeyPrefix(id)); err != nil {
+				tx.Rollback()
+				return total, err
+			}
 		}
 		if err := tx.Commit(); err != nil {
 			return total, err
+		}
+		if len(ids) > 0 {
+			s.erase(ctx)
 		}
 		total += len(ids)
 		if len(ids) < 100 {
@@ -630,7 +654,20 @@ func (s *Service) sweepStores(ctx context.Context) (int, error) {
 }
 
 func (s *Service) sweepChunks(ctx context.Context) (int, error) {
+	// Data keys no attached file owns: an indexer that lost a race, or a
+	// crash between creating a key and recording its outcome.
+	res, err := s.db.ExecContext(ctx, `DELETE FROM data_keys WHERE object_id NOT IN (
+		SELECT 'vsf:' || store_id || '/' || file_id || '/' || gen FROM store_files)`)
+	if err != nil {
+		return 0, err
+	}
+	keys, _ := res.RowsAffected()
 	total := 0
+	defer func() {
+		if keys > 0 || total > 0 || s.eraser.Pending() {
+			s.erase(ctx)
+		}
+	}()
 	for {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM chunks WHERE id IN (
 			SELECT c.id FROM chunks c LEFT JOIN store_files f

@@ -48,13 +48,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
+	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/sqlitedb"
 	"github.com/switchyard-ai/switchyard/tokenizer"
 )
 
@@ -63,7 +64,7 @@ import (
 // the owner's (or no longer exists).
 type Files interface {
 	Get(ctx context.Context, owner, id string) (files.File, error)
-	Open(ctx context.Context, owner, id string) (files.File, *os.File, error)
+	Open(ctx context.Context, owner, id string) (files.File, files.Content, error)
 }
 
 // Gateway sends requests to the gateway's public API on behalf of an owner;
@@ -177,6 +178,8 @@ type Result struct {
 // Service serves /v1/vector_stores and indexes and searches the stores.
 type Service struct {
 	db         *sql.DB
+	keys       *envelope.Keyring // seals chunk text (see db.go)
+	eraser     *sqlitedb.Eraser
 	files      Files
 	gw         Gateway
 	model      string
@@ -219,12 +222,20 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vectorstores: %w", err)
 	}
+	keys, err := envelope.Load(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("vectorstores: open: %w", err)
+	}
 	db, err := openDB(ctx, filepath.Join(opts.DataDir, dbFile))
 	if err != nil {
 		return nil, fmt.Errorf("vectorstores: open: %w", err)
 	}
+	if err := keys.Check(ctx, db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("vectorstores: open: %w", err)
+	}
 	s := &Service{
-		db: db, files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
+		db: db, keys: keys, eraser: sqlitedb.NewEraser(db), files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
 		tok: tok, workers: opts.Concurrency, maxStore: opts.MaxStoreChunks, maxOwner: opts.MaxOwnerChunks, sweepEvery: opts.SweepInterval, clock: opts.Now, log: opts.Logger,
 		wake: make(chan struct{}, 1), active: map[fileKey]bool{},
 	}
@@ -248,6 +259,10 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if err := s.sealLegacy(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("vectorstores: open: %w", err)
 	}
 	return s, nil
 }

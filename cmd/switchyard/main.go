@@ -28,6 +28,7 @@ Usage:
   switchyard keys revoke --data-dir DIR KEY_OR_ID
   switchyard keys rotate --data-dir DIR [--grace 24h] KEY_OR_ID
   switchyard keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models IDS] [--config FILE] KEY_OR_ID TIER
+  switchyard datakey status|rotate|rewrap|retire --data-dir DIR
   switchyard fake [--listen ADDR] [--api-key-env VAR] [--service-time D] [--chunk-delay D]
   switchyard envoy bootstrap [--config FILE] [--node-id ID] [--xds ADDR] [--extproc ADDR|unix:PATH] [--ratelimit ADDR]
   switchyard envoy snapshot [--config FILE]
@@ -73,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdValidate(args[1:], stdout, stderr)
 	case "keys":
 		return cmdKeys(ctx, args[1:], stdout, stderr)
+	case "datakey":
+		return cmdDatakey(ctx, args[1:], stdout, stderr)
 	case "fake":
 		return cmdFake(ctx, args[1:], stdout, stderr)
 	case "envoy":
