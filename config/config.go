@@ -100,7 +100,22 @@ type Provider struct {
 	HTTP2 bool `yaml:"http2" json:"http2,omitempty"`
 	// TLS overrides the upstream TLS settings of an https provider.
 	TLS *ProviderTLS `yaml:"tls" json:"tls,omitempty"`
+	// ForwardHeaders names client request headers, beyond those the
+	// provider's API needs, that reach it (say, a vendor's beta-feature
+	// header). Credentials, cookies and the gateway's own headers cannot be
+	// named.
+	ForwardHeaders []string `yaml:"forward_headers" json:"forward_headers,omitempty"`
 }
+
+// neverForwarded are request headers no provider may be sent from a
+// client: credentials, cookies, the client's Host and its hop-by-hop
+// headers. The provider's own credential header is the gateway's to set.
+var neverForwarded = []string{"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key",
+	"x-goog-api-key", "host", "connection", "te", "transfer-encoding", "upgrade", "keep-alive", "content-length",
+	"content-encoding", "accept-encoding"}
+
+// headerNameRE is a lower-case HTTP header name (an RFC 9110 token).
+var headerNameRE = regexp.MustCompile("^[a-z0-9!#$%&'*+.^_`|~-]+$")
 
 // Model is a client-visible model id and the providers that serve it.
 type Model struct {
@@ -521,6 +536,14 @@ func (v *validator) check(c *Config) {
 		}
 		if !contains(Regions, p.Region) {
 			v.fail(fmt.Sprintf("must be one of %v", Regions), "providers", i, "region")
+		}
+		for j, h := range p.ForwardHeaders {
+			switch {
+			case !headerNameRE.MatchString(h):
+				v.fail("must be a lower-case header name", "providers", i, "forward_headers", j)
+			case contains(neverForwarded, h) || strings.HasPrefix(h, "x-switchyard-"):
+				v.fail(fmt.Sprintf("%s is never forwarded to a provider", h), "providers", i, "forward_headers", j)
+			}
 		}
 	}
 	if len(c.Models) == 0 {

@@ -97,6 +97,9 @@ type provider struct {
 	removeOpenAI []string
 	// metaName is the provider's name as dynamic metadata.
 	metaName *structpb.Value
+	// forward are the client headers the configuration lets reach this
+	// provider beyond those its API needs (config forward_headers).
+	forward []string
 }
 
 // modelRoute is one client-visible model and the providers that serve it.
@@ -225,6 +228,7 @@ func (s *Server) newProvider(p config.Provider) (*provider, error) {
 		name: p.Name, kind: kind, region: p.Region,
 		basePath: strings.TrimSuffix(u.EscapedPath(), "/"),
 		health:   s.healthOf(p.Name),
+		forward:  p.ForwardHeaders,
 	}
 	if p.APIKeyEnv == "" {
 		pr.finish()
