@@ -1,12 +1,18 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/tidwall/gjson"
 )
 
 // TestResponseFormatTypeValidated: a response format outside the spec
@@ -64,5 +70,54 @@ func TestResponseFormatTypeValidated(t *testing.T) {
 	}
 	if n := sent() - before; n != 0 {
 		t.Errorf("%d invalid requests reached a vendor", n)
+	}
+}
+
+// TestContentEncodingRefused: the gateway reads request bodies as sent, so
+// a compressed one is refused with 415 saying why, rather than reported as
+// invalid JSON, on every route that takes a body; identity is no encoding.
+func TestContentEncodingRefused(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(`{"model":"demo/chat","messages":[{"role":"user","content":"hi"}]}`))
+	_ = zw.Close()
+	for _, tc := range []struct {
+		name, path, encoding string
+		body                 []byte
+		status               int
+	}{
+		{"chat gzip", "/v1/chat/completions", "gzip", gz.Bytes(), 415},
+		{"chat br", "/v1/chat/completions", "br", gz.Bytes(), 415},
+		{"embeddings deflate", "/v1/embeddings", "deflate", gz.Bytes(), 415},
+		{"responses gzip", "/v1/responses", "gzip", gz.Bytes(), 415},
+		{"batches gzip", "/v1/batches", "gzip", gz.Bytes(), 415},
+		{"chat identity", "/v1/chat/completions", "Identity", []byte(`{"model":"demo/chat","messages":[{"role":"user","content":"hi"}]}`), 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, s.gw.BaseURL()+strings.TrimPrefix(tc.path, "/v1"), bytes.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("content-type", "application/json")
+			req.Header.Set("content-encoding", tc.encoding)
+			req.Header.Set("authorization", "Bearer "+s.key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
+			}
+			if tc.status == 415 {
+				e := gjson.GetBytes(b, "error")
+				if e.Get("code").String() != "unsupported_content_encoding" || !strings.Contains(e.Get("message").String(), "Content-Encoding") ||
+					e.Get("type").String() != "invalid_request_error" {
+					t.Errorf("error %s", b)
+				}
+			}
+		})
 	}
 }
