@@ -121,3 +121,51 @@ func TestContentEncodingRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestResponseModelIsTheRequestedID: whichever provider kind answers, and
+// whatever it calls the model, the response's model is the id the client
+// asked for (the one /v1/models lists), streamed and not, on chat and
+// embeddings, failover included.
+func TestResponseModelIsTheRequestedID(t *testing.T) {
+	vs := newVendorStack(t)
+	c := vs.client()
+	ctx := context.Background()
+	for _, model := range []string{"vendor/gpt", "vendor/claude", "vendor/gemini", "vendor/failover"} {
+		t.Run(model, func(t *testing.T) {
+			res, err := c.Chat.Completions.New(ctx, chatParamsFor(model, "hello"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Model != model {
+				t.Errorf("chat model %q, want %q", res.Model, model)
+			}
+			for _, usage := range []bool{false, true} {
+				p := chatParamsFor(model, "a few words to stream back")
+				if usage {
+					p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+				}
+				s := c.Chat.Completions.NewStreaming(ctx, p)
+				n := 0
+				for s.Next() {
+					n++
+					if got := s.Current().Model; got != model {
+						t.Errorf("include_usage %v: chunk %d model %q, want %q", usage, n, got, model)
+					}
+				}
+				if err := s.Err(); err != nil || n < 3 {
+					t.Fatalf("stream: %d chunks, %v", n, err)
+				}
+			}
+		})
+	}
+	for _, model := range []string{"vendor/embed", "vendor/gemini-embed"} {
+		res, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: model,
+			Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("embed me")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Model != model {
+			t.Errorf("embeddings model %q, want %q", res.Model, model)
+		}
+	}
+}

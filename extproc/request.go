@@ -441,6 +441,8 @@ func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.Processi
 // model is where the body's model value lies.
 func (st *stream) route(ctx context.Context, body []byte, mr *modelRoute, t *target, model span, edits []edit) *extprocv3.ProcessingResponse {
 	st.routed, st.model, st.provider = true, mr.id, t.provider.name
+	// Every response names the model the client asked for.
+	st.sse.model = mr.idJSON
 	prepared := t.provider.kind == kindOpenAI
 	if prepared && !bytes.Equal(body[model.start:model.end], t.modelJSON) {
 		edits = insertEdit(edits, edit{model.start, model.end, t.modelJSON})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/jsonquote"
 	"github.com/switchyard-ai/switchyard/providers/anthropic"
 	"github.com/switchyard-ai/switchyard/providers/gemini"
 )
@@ -128,6 +129,9 @@ type modelRoute struct {
 	// metadata), built once and shared by replies.
 	routeHeader *corev3.HeaderValueOption
 	metaID      *structpb.Value
+	// idJSON is the id as a JSON string: the model of every response
+	// (response.go, sse.go), whatever the provider that answered calls it.
+	idJSON []byte
 }
 
 // target is everything the request path needs to send a request to one
@@ -366,6 +370,7 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 	r.listing = listing
 	r.routeHeader = setHeader(catalog.RouteHeader, m.ID)
 	r.metaID = structpb.NewStringValue(m.ID)
+	r.idJSON = jsonquote.Append(nil, m.ID)
 	return r, nil
 }
 
