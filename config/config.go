@@ -64,6 +64,10 @@ type Listener struct {
 	Name    string `yaml:"name" json:"name,omitempty"`
 	Address string `yaml:"address" json:"address,omitempty"`
 	TLS     *TLS   `yaml:"tls" json:"tls,omitempty"`
+	// AdminAddress is where `switchyard run` serves the admin API (plain
+	// HTTP, loopback unless --insecure); only the first listener's is
+	// used. Empty: a free loopback port. --admin-listen overrides it.
+	AdminAddress string `yaml:"admin_address" json:"admin_address,omitempty"`
 }
 
 // TLS names certificate files; their contents are read at start.
@@ -490,6 +494,18 @@ func (v *validator) check(c *Config) {
 		seen["a:"+l.Address] = true
 		if l.TLS != nil && (l.TLS.CertFile == "" || l.TLS.KeyFile == "") {
 			v.fail("cert_file and key_file are both required", "listeners", i, "tls")
+		}
+		if l.AdminAddress != "" {
+			switch host, _, err := net.SplitHostPort(l.AdminAddress); {
+			case i > 0:
+				v.fail("only the first listener has an admin address", "listeners", i, "admin_address")
+			case err != nil:
+				v.fail("must be host:port", "listeners", i, "admin_address")
+			case host != "localhost" && net.ParseIP(host) == nil:
+				v.fail("host must be an IP address (or localhost)", "listeners", i, "admin_address")
+			case seen["a:"+l.AdminAddress]:
+				v.fail(fmt.Sprintf("duplicate address %q", l.AdminAddress), "listeners", i, "admin_address")
+			}
 		}
 	}
 	if c.Limits.MaxRequestBodyBytes < 1024 {

@@ -54,6 +54,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"negative weight", [2]string{"upstream_model: m1", "upstream_model: m1\n        weight: -1"}, []string{"test.yaml:13:", "weight"}},
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
 		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"line 10", "lots"}},
+		{"admin address", [2]string{"127.0.0.1:8080", "127.0.0.1:8080\n    admin_address: nowhere"}, []string{"test.yaml:4:", "listeners[0].admin_address"}},
+		{"admin address is the listener's", [2]string{"127.0.0.1:8080", "127.0.0.1:8080\n    admin_address: 127.0.0.1:8080"}, []string{"listeners[0].admin_address", "duplicate"}},
 		{"forwarded credential", [2]string{"kind: openai", "kind: openai\n    forward_headers: [openai-beta, cookie]"}, []string{"providers[0].forward_headers[1]", "never forwarded"}},
 		{"forwarded internal header", [2]string{"kind: openai", "kind: openai\n    forward_headers: [x-switchyard-model]"}, []string{"providers[0].forward_headers[0]", "never forwarded"}},
 		{"forwarded header name", [2]string{"kind: openai", "kind: openai\n    forward_headers: [\"X Beta\"]"}, []string{"providers[0].forward_headers[0]", "header name"}},
