@@ -64,6 +64,10 @@ type Listener struct {
 	Name    string `yaml:"name" json:"name,omitempty"`
 	Address string `yaml:"address" json:"address,omitempty"`
 	TLS     *TLS   `yaml:"tls" json:"tls,omitempty"`
+	// AdminAddress is where `switchyard run` serves the admin API (plain
+	// HTTP, loopback unless --insecure); only the first listener's is
+	// used. Empty: a free loopback port. --admin-listen overrides it.
+	AdminAddress string `yaml:"admin_address" json:"admin_address,omitempty"`
 }
 
 // TLS names certificate files; their contents are read at start.
@@ -104,7 +108,22 @@ type Provider struct {
 	HTTP2 bool `yaml:"http2" json:"http2,omitempty"`
 	// TLS overrides the upstream TLS settings of an https provider.
 	TLS *ProviderTLS `yaml:"tls" json:"tls,omitempty"`
+	// ForwardHeaders names client request headers, beyond those the
+	// provider's API needs, that reach it (say, a vendor's beta-feature
+	// header). Credentials, cookies and the gateway's own headers cannot be
+	// named.
+	ForwardHeaders []string `yaml:"forward_headers" json:"forward_headers,omitempty"`
 }
+
+// neverForwarded are request headers no provider may be sent from a
+// client: credentials, cookies, the client's Host and its hop-by-hop
+// headers. The provider's own credential header is the gateway's to set.
+var neverForwarded = []string{"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key",
+	"x-goog-api-key", "host", "connection", "te", "transfer-encoding", "upgrade", "keep-alive", "content-length",
+	"content-encoding", "accept-encoding"}
+
+// headerNameRE is a lower-case HTTP header name (an RFC 9110 token).
+var headerNameRE = regexp.MustCompile("^[a-z0-9!#$%&'*+.^_`|~-]+$")
 
 // Model is a client-visible model id and the providers that serve it.
 type Model struct {
@@ -505,6 +524,18 @@ func (v *validator) check(c *Config) {
 		if l.TLS != nil && (l.TLS.CertFile == "" || l.TLS.KeyFile == "") {
 			v.fail("cert_file and key_file are both required", "listeners", i, "tls")
 		}
+		if l.AdminAddress != "" {
+			switch host, _, err := net.SplitHostPort(l.AdminAddress); {
+			case i > 0:
+				v.fail("only the first listener has an admin address", "listeners", i, "admin_address")
+			case err != nil:
+				v.fail("must be host:port", "listeners", i, "admin_address")
+			case host != "localhost" && net.ParseIP(host) == nil:
+				v.fail("host must be an IP address (or localhost)", "listeners", i, "admin_address")
+			case seen["a:"+l.AdminAddress]:
+				v.fail(fmt.Sprintf("duplicate address %q", l.AdminAddress), "listeners", i, "admin_address")
+			}
+		}
 	}
 	if c.Limits.MaxRequestBodyBytes < 1024 {
 		v.fail("must be at least 1024", "limits", "max_request_body_bytes")
@@ -550,6 +581,14 @@ func (v *validator) check(c *Config) {
 		}
 		if !contains(Regions, p.Region) {
 			v.fail(fmt.Sprintf("must be one of %v", Regions), "providers", i, "region")
+		}
+		for j, h := range p.ForwardHeaders {
+			switch {
+			case !headerNameRE.MatchString(h):
+				v.fail("must be a lower-case header name", "providers", i, "forward_headers", j)
+			case contains(neverForwarded, h) || strings.HasPrefix(h, "x-switchyard-"):
+				v.fail(fmt.Sprintf("%s is never forwarded to a provider", h), "providers", i, "forward_headers", j)
+			}
 		}
 	}
 	if len(c.Models) == 0 {

@@ -58,6 +58,11 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"idle not above first byte", [2]string{"- id: acme/m1", "- id: acme/m1\n    first_byte_timeout: 90s"}, []string{"test.yaml:9:", "models[0].idle_timeout", "longer than first_byte_timeout (1m30s)"}},
 		{"negative idle", [2]string{"- id: acme/m1", "- id: acme/m1\n    idle_timeout: -1s"}, []string{"models[0].idle_timeout", "positive"}},
 		{"negative default", [2]string{"models:", "limits: {model_idle_timeout: -1s}\nmodels:"}, []string{"limits", "positive"}},
+		{"admin address", [2]string{"127.0.0.1:8080", "127.0.0.1:8080\n    admin_address: nowhere"}, []string{"test.yaml:4:", "listeners[0].admin_address"}},
+		{"admin address is the listener's", [2]string{"127.0.0.1:8080", "127.0.0.1:8080\n    admin_address: 127.0.0.1:8080"}, []string{"listeners[0].admin_address", "duplicate"}},
+		{"forwarded credential", [2]string{"kind: openai", "kind: openai\n    forward_headers: [openai-beta, cookie]"}, []string{"providers[0].forward_headers[1]", "never forwarded"}},
+		{"forwarded internal header", [2]string{"kind: openai", "kind: openai\n    forward_headers: [x-switchyard-model]"}, []string{"providers[0].forward_headers[0]", "never forwarded"}},
+		{"forwarded header name", [2]string{"kind: openai", "kind: openai\n    forward_headers: [\"X Beta\"]"}, []string{"providers[0].forward_headers[0]", "header name"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
 	}
 	for _, tt := range tests {

@@ -467,7 +467,8 @@ func TestBuildTLSAndHTTPS(t *testing.T) {
 		sds[0].GetSdsConfig().GetAds() == nil {
 		t.Errorf("sds configs = %v", sds)
 	}
-	if ctc.GetTlsParams().GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2 {
+	if ctc.GetTlsParams().GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2 ||
+		!slices.Equal(ctc.GetTlsParams().GetCipherSuites(), ListenerCipherSuites) {
 		t.Errorf("tls params = %v", ctc.GetTlsParams())
 	}
 	if !slices.Equal(ctc.GetAlpnProtocols(), []string{"h2", "http/1.1"}) {

@@ -135,6 +135,14 @@ func buildProviderCluster(cfg *config.Config, p *config.Provider) (*clusterv3.Cl
 	// which suits vendor endpoints behind DNS load balancers.
 	c, cla := addressedCluster(catalog.ClusterName(p.Name), host, port, clusterv3.Cluster_LOGICAL_DNS,
 		&corev3.Locality{Region: p.Region}, priority)
+	// The Host a vendor sees is its own (auto_host_rewrite uses the
+	// endpoint's hostname), never the one the client sent the gateway,
+	// also for a base_url that names an address.
+	assignment := cla
+	if assignment == nil {
+		assignment = c.GetLoadAssignment()
+	}
+	assignment.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().Hostname = u.Host
 	c.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
 		catalog.MetadataNamespace: {Fields: map[string]*structpb.Value{
 			"provider": structpb.NewStringValue(p.Name),
@@ -248,6 +256,14 @@ func upstreamFilters(cfg *config.Config, p *config.Provider) []*hcmv3.HttpFilter
 		AllowModeOverride: true,
 		MetadataOptions: &extprocv3.MetadataOptions{
 			ReceivingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{
+				Untyped: []string{catalog.MetadataNamespace},
+			},
+			// The downstream phase's routing decision (model, first
+			// provider) reaches every attempt this way: upstream filters
+			// share the downstream stream's metadata, whereas the headers
+			// that carried it for route matching are removed before the
+			// request reaches a vendor.
+			ForwardingNamespaces: &extprocv3.MetadataOptions_MetadataNamespaces{
 				Untyped: []string{catalog.MetadataNamespace},
 			},
 		},

@@ -134,6 +134,9 @@ func buildListener(cfg *config.Config, l config.Listener) (*listenerv3.Listener,
 			}},
 			TlsParams: &tlsv3.TlsParameters{
 				TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+				// TLS 1.2 with forward secrecy and an AEAD only; Envoy's
+				// default list also offers CBC suites.
+				CipherSuites: ListenerCipherSuites,
 			},
 			AlpnProtocols: []string{"h2", "http/1.1"},
 		}}
@@ -149,6 +152,14 @@ func buildListener(cfg *config.Config, l config.Listener) (*listenerv3.Listener,
 		FilterChains:                  []*listenerv3.FilterChain{chain},
 	}
 	return lis, secret, nil
+}
+
+// ListenerCipherSuites are the TLS 1.2 suites a listener offers: ECDHE with
+// AES-GCM or ChaCha20-Poly1305 (TLS 1.3's are all AEAD).
+var ListenerCipherSuites = []string{
+	"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256",
+	"ECDHE-ECDSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384",
+	"ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-RSA-CHACHA20-POLY1305",
 }
 
 // buildHCM is the connection manager of every listener: [ext_proc,

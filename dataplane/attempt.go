@@ -295,7 +295,10 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	hasBody := len(buf) > 0 || stream != nil
 
 	if f := c.upstreamExtProc; f != nil {
-		p := &processor{f: f, log: s.log, mode: f.mode, meta: &requestMetadata{}}
+		// Envoy's upstream filters share the downstream stream's info, and
+		// so its dynamic metadata: what the downstream ext_proc filter set
+		// is forwarded to this one (forwarding_namespaces).
+		p := &processor{f: f, log: s.log, mode: f.mode, meta: &s.meta}
 		a.proc = p
 		if stream != nil && p.mode.reqBody != extprocfilterv3.ProcessingMode_NONE {
 			// The filter needs the whole body; a request the downstream

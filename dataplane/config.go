@@ -319,7 +319,7 @@ func (d *DataPlane) compileListener(l *listenerv3.Listener, snap *snapshot, secr
 			if err := ts.GetTypedConfig().UnmarshalTo(dtc); err != nil {
 				return nil, fmt.Errorf("%s: transport socket: %w", from, err)
 			}
-			cfg, err := downstreamTLS(dtc, secrets, from)
+			cfg, err := downstreamTLS(dtc, secrets, from, d.log)
 			if err != nil {
 				return nil, err
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -242,16 +243,17 @@ func (m *requestMetadata) merge(ns string, s *structpb.Struct) {
 	if m.ns == nil {
 		m.ns = map[string]*structpb.Struct{}
 	}
-	cur := m.ns[ns]
-	if cur == nil {
-		cur = &structpb.Struct{Fields: map[string]*structpb.Value{}}
-		m.ns[ns] = cur
-	}
-	for k, v := range s.GetFields() {
-		cur.Fields[k] = v
-	}
+	// Copy on write: get hands the namespace out to readers that use it
+	// without the lock (a message forwarding it to an upstream filter's
+	// processor, while the downstream one merges more).
+	cur := m.ns[ns].GetFields()
+	fields := make(map[string]*structpb.Value, len(cur)+len(s.GetFields()))
+	maps.Copy(fields, cur)
+	maps.Copy(fields, s.GetFields())
+	m.ns[ns] = &structpb.Struct{Fields: fields}
 }
 
+// get returns the namespace's metadata, never modified afterwards.
 func (m *requestMetadata) get(ns string) *structpb.Struct {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -5,8 +5,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -93,8 +95,16 @@ func certificates(c *tlsv3.CommonTlsContext, secrets map[string]*tlsv3.Secret, f
 }
 
 // downstreamTLS builds a listener's server TLS configuration: h2 and
-// http/1.1 over ALPN unless the context says otherwise, TLS 1.2 at least.
-func downstreamTLS(ctx *tlsv3.DownstreamTlsContext, secrets map[string]*tlsv3.Secret, from string) (*tls.Config, error) {
+// http/1.1 over ALPN unless the context says otherwise, TLS 1.2 at least,
+// and for TLS 1.2 only forward-secret AEAD suites (aeadSuites, or those of
+// cipher_suites, which may name no other).
+//
+// A certificate given by file paths (the gateway's SDS secrets are) is
+// re-read when its files change, as Envoy does for SDS secrets that name
+// files: each handshake checks the files' identity, size and modification
+// time, and a changed pair is loaded once both parse and match; until then
+// the previous pair is served.
+func downstreamTLS(ctx *tlsv3.DownstreamTlsContext, secrets map[string]*tlsv3.Secret, from string, log *slog.Logger) (*tls.Config, error) {
 	if ctx.GetRequireClientCertificate().GetValue() {
 		return nil, fmt.Errorf("%s: client certificates are not supported", from)
 	}
@@ -111,17 +121,165 @@ func downstreamTLS(ctx *tlsv3.DownstreamTlsContext, secrets map[string]*tlsv3.Se
 		alpn = []string{"h2", "http/1.1"}
 	}
 	params := common.GetTlsParams()
+	suites, err := cipherSuites(params.GetCipherSuites())
+	if err != nil {
+		return nil, fmt.Errorf("%s: cipher_suites: %w", from, err)
+	}
 	cfg := &tls.Config{
 		Certificates: certs,
 		NextProtos:   alpn,
 		MinVersion:   tlsVersion(params.GetTlsMinimumProtocolVersion(), tls.VersionTLS12),
 		MaxVersion:   tlsVersion(params.GetTlsMaximumProtocolVersion(), 0),
+		CipherSuites: suites,
 	}
 	if cfg.MinVersion < tls.VersionTLS12 {
 		// Envoy's server default is also 1.2; older versions are refused here.
 		cfg.MinVersion = tls.VersionTLS12
 	}
+	if files := certificateFiles(common, secrets, certs, log); files != nil {
+		cfg.Certificates = nil
+		cfg.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			var first *tls.Certificate
+			for _, f := range files {
+				c := f.current()
+				if first == nil {
+					first = c
+				}
+				if len(files) == 1 || hello.SupportsCertificate(c) == nil {
+					return c, nil
+				}
+			}
+			return first, nil
+		}
+	}
 	return cfg, nil
+}
+
+// aeadSuites are the TLS 1.2 suites a listener offers by default: ECDHE
+// key exchange (forward secrecy) with an AEAD cipher. TLS 1.3's suites are
+// all AEAD and not configurable.
+var aeadSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// aeadSuiteNames are aeadSuites by the (OpenSSL) names Envoy's
+// cipher_suites uses.
+var aeadSuiteNames = map[string]uint16{
+	"ECDHE-ECDSA-AES128-GCM-SHA256": tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	"ECDHE-RSA-AES128-GCM-SHA256":   tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	"ECDHE-ECDSA-AES256-GCM-SHA384": tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	"ECDHE-RSA-AES256-GCM-SHA384":   tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	"ECDHE-ECDSA-CHACHA20-POLY1305": tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	"ECDHE-RSA-CHACHA20-POLY1305":   tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// cipherSuites maps a listener's cipher_suites (empty: aeadSuites). Envoy's
+// equal-preference groups ("[A|B]") count as their members in order. Only
+// the AEAD suites are accepted: a listener offering CBC or static RSA key
+// exchange is refused, not quietly weakened.
+func cipherSuites(names []string) ([]uint16, error) {
+	if len(names) == 0 {
+		return aeadSuites, nil
+	}
+	var out []uint16
+	for _, n := range names {
+		for _, m := range strings.Split(strings.Trim(n, "[]"), "|") {
+			id, ok := aeadSuiteNames[strings.TrimSpace(m)]
+			if !ok {
+				return nil, fmt.Errorf("%q is not supported: only ECDHE suites with AES-GCM or ChaCha20-Poly1305", m)
+			}
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// certFile is a certificate and key given by file paths, with the pair
+// loaded from them and what the files were like when it was.
+type certFile struct {
+	chain, key string
+	log        *slog.Logger
+
+	mu          sync.Mutex
+	cert        *tls.Certificate
+	chainInfo   os.FileInfo
+	keyInfo     os.FileInfo
+	failedChain os.FileInfo // the last files that did not load, so as not
+	failedKey   os.FileInfo // to re-read them on every handshake
+}
+
+// certificateFiles returns a reloading source for each certificate when
+// every one is given by file paths (certs are their contents, just read),
+// or nil.
+func certificateFiles(c *tlsv3.CommonTlsContext, secrets map[string]*tlsv3.Secret, certs []tls.Certificate, log *slog.Logger) []*certFile {
+	var tcs []*tlsv3.TlsCertificate
+	tcs = append(tcs, c.GetTlsCertificates()...)
+	for _, sc := range c.GetTlsCertificateSdsSecretConfigs() {
+		tcs = append(tcs, secrets[sc.GetName()].GetTlsCertificate())
+	}
+	if len(tcs) != len(certs) {
+		return nil
+	}
+	var out []*certFile
+	for i, tc := range tcs {
+		chain, key := tc.GetCertificateChain().GetFilename(), tc.GetPrivateKey().GetFilename()
+		if chain == "" || key == "" {
+			return nil
+		}
+		f := &certFile{chain: chain, key: key, log: log, cert: &certs[i]}
+		// What the files are now: at worst a change made since they were
+		// read is loaded once more.
+		f.chainInfo, _ = os.Stat(chain)
+		f.keyInfo, _ = os.Stat(key)
+		out = append(out, f)
+	}
+	return out
+}
+
+// current returns the pair to serve, reloading it first if either file
+// changed. A pair that does not load (a certificate replaced before its
+// key, a file being written) leaves the previous one in service.
+func (f *certFile) current() *tls.Certificate {
+	ci, cerr := os.Stat(f.chain)
+	ki, kerr := os.Stat(f.key)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cerr != nil || kerr != nil || sameFile(ci, f.chainInfo) && sameFile(ki, f.keyInfo) ||
+		sameFile(ci, f.failedChain) && sameFile(ki, f.failedKey) {
+		return f.cert
+	}
+	chain, err := os.ReadFile(f.chain)
+	var key []byte
+	if err == nil {
+		key, err = os.ReadFile(f.key)
+	}
+	var cert tls.Certificate
+	if err == nil {
+		cert, err = tls.X509KeyPair(chain, key)
+	}
+	if err != nil {
+		f.failedChain, f.failedKey = ci, ki
+		if f.log != nil {
+			f.log.Warn("listener certificate files changed but do not load; serving the previous certificate",
+				"certificate", f.chain, "key", f.key, "error", err)
+		}
+		return f.cert
+	}
+	f.cert, f.chainInfo, f.keyInfo = &cert, ci, ki
+	if f.log != nil {
+		f.log.Info("listener certificate reloaded", "certificate", f.chain)
+	}
+	return f.cert
+}
+
+// sameFile reports whether a and b describe the same file, unchanged.
+func sameFile(a, b os.FileInfo) bool {
+	return a != nil && b != nil && os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 }
 
 // upstreamTLS builds a cluster's client TLS configuration. Envoy skips

@@ -28,8 +28,8 @@ func liveYAML(serving ...string) func(base, keyEnv map[string]string) string {
 region: us
 listeners: [{name: public, address: 127.0.0.1:18080}]
 providers:
-  - {name: a, kind: openai, base_url: %q, api_key_env: %s}
-  - {name: b, kind: openai, base_url: %q, api_key_env: %s}
+  - {name: a, kind: openai, base_url: %q, api_key_env: %s, forward_headers: [x-fake-delay-ms]}
+  - {name: b, kind: openai, base_url: %q, api_key_env: %s, forward_headers: [x-fake-delay-ms]}
 models:
   - id: demo/live
     first_byte_timeout: 10s

@@ -30,6 +30,8 @@ type vendorStack struct {
 	// fakes are the recording fakes by provider name.
 	fakes map[string]*recorder
 	creds map[string]string
+	// hosts are the fakes' host:port by provider name.
+	hosts map[string]string
 }
 
 // Provider names of the vendor stack and the credential header each fake
@@ -70,7 +72,7 @@ models:
 
 func newVendorStack(t *testing.T) *vendorStack {
 	t.Helper()
-	vs := &vendorStack{fakes: map[string]*recorder{}, creds: map[string]string{}}
+	vs := &vendorStack{fakes: map[string]*recorder{}, creds: map[string]string{}, hosts: map[string]string{}}
 	var providers strings.Builder
 	providers.WriteString("providers:\n")
 	for _, p := range vendorProviders {
@@ -87,12 +89,13 @@ func newVendorStack(t *testing.T) *vendorStack {
 		rec := &recorder{next: h}
 		up := httptest.NewServer(rec)
 		t.Cleanup(up.Close)
-		vs.fakes[p.name], vs.creds[p.name] = rec, cred
+		vs.fakes[p.name], vs.creds[p.name], vs.hosts[p.name] = rec, cred, strings.TrimPrefix(up.URL, "http://")
 		base := up.URL
 		if p.kind == fake.KindOpenAI {
 			base += "/v1"
 		}
-		fmt.Fprintf(&providers, "  - {name: %s, kind: %s, base_url: %q, api_key_env: %s}\n", p.name, p.kind, base, p.env)
+		fmt.Fprintf(&providers, "  - {name: %s, kind: %s, base_url: %q, api_key_env: %s, forward_headers: [%s]}\n",
+			p.name, p.kind, base, p.env, fake.HeaderStatus)
 	}
 	yaml := "listeners:\n  - {name: public, address: 127.0.0.1:18080}\n" + providers.String() + vendorModels
 	cfg, err := config.Parse("e2e-vendors.yaml", []byte(yaml))

@@ -69,6 +69,8 @@ providers:
     kind: openai
     base_url: %s/v1
     api_key_env: %s
+    # The tests inject faults into the fake through the gateway.
+    forward_headers: [x-fake-status, x-fake-retry-after, x-fake-delay-ms, x-fake-cut-after, x-fake-chunks]
 models:
   - id: demo/chat
     # Large enough for the 6 MiB prompt (about 1.6M tokens by the gateway's
@@ -154,13 +156,14 @@ type recorder struct {
 
 type recorded struct {
 	header http.Header
+	host   string // the Host the request arrived with
 	body   []byte
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	r.mu.Lock()
-	r.reqs = append(r.reqs, recorded{header: req.Header.Clone(), body: body})
+	r.reqs = append(r.reqs, recorded{header: req.Header.Clone(), host: req.Host, body: body})
 	r.mu.Unlock()
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	r.next.ServeHTTP(w, req)

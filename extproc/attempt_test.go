@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	grpcmd "google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
@@ -196,6 +198,8 @@ type exchange struct {
 	chunks []string
 	// What reached the provider.
 	upstream *upstreamCall
+	// routed are the request headers as the downstream phase left them.
+	routed headers
 	// sent is what the upstream phase returned for the attempt's request.
 	sentHeaders headers
 	sentBody    []byte
@@ -224,10 +228,19 @@ type attemptResult struct {
 // a request shares) and whose mode_override may skip the body; then, unless
 // skipped, the body message (body is the buffered request as the
 // downstream filter left it: each attempt starts from it afresh).
-func (h *harness) attempt(t *testing.T, provider string, hs headers, body []byte) attemptResult {
+// md is the dynamic metadata the downstream filter set, which Envoy
+// forwards to the upstream filter (forwarding_namespaces).
+func (h *harness) attempt(t *testing.T, provider string, hs headers, md *structpb.Struct, body []byte) attemptResult {
 	t.Helper()
 	u := h.openUpstream(t, provider)
-	r := u.do(reqHeadersMsg(hs))
+	msg := reqHeadersMsg(hs)
+	if md != nil {
+		msg.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
+		for ns, v := range md.GetFields() {
+			msg.MetadataContext.FilterMetadata[ns] = v.GetStructValue()
+		}
+	}
+	r := u.do(msg)
 	if r.GetImmediateResponse() != nil {
 		return attemptResult{stream: u, immediate: r}
 	}
@@ -301,13 +314,15 @@ func (h *harness) roundTrip(t *testing.T, up *fakeUpstreams, provider, path, bod
 		provider = req[catalog.FirstHeader]
 	}
 
+	routed := maps.Clone(req)
+
 	// The attempt.
-	a := h.attempt(t, provider, req, sent)
+	a := h.attempt(t, provider, req, r.GetDynamicMetadata(), sent)
 	if a.immediate != nil {
 		return immediateExchange(a.immediate)
 	}
 	u, sent := a.stream, a.body
-	x := exchange{sentHeaders: headers{}, sentBody: sent, bodyMessage: a.bodyMessage}
+	x := exchange{routed: routed, sentHeaders: headers{}, sentBody: sent, bodyMessage: a.bodyMessage}
 	for k, v := range req {
 		x.sentHeaders[k] = v
 	}
@@ -452,9 +467,9 @@ func startFakesKeyed(t *testing.T, kinds, keys map[string]string) *fakeUpstreams
 func fakeCatalog(up *fakeUpstreams) *catalog.Catalog {
 	return parseCatalog(`
 providers:
-  - {name: openai, kind: openai, base_url: "` + up.url("openai") + `/v1", api_key_env: OA_KEY}
-  - {name: anthropic, kind: anthropic, base_url: "` + up.url("anthropic") + `", api_key_env: ANTHROPIC_KEY}
-  - {name: gemini, kind: gemini, base_url: "` + up.url("gemini") + `", api_key_env: GEMINI_KEY}
+  - {name: openai, kind: openai, base_url: "` + up.url("openai") + `/v1", api_key_env: OA_KEY, forward_headers: [x-fake-status, x-fake-retry-after]}
+  - {name: anthropic, kind: anthropic, base_url: "` + up.url("anthropic") + `", api_key_env: ANTHROPIC_KEY, forward_headers: [x-fake-status, x-fake-retry-after]}
+  - {name: gemini, kind: gemini, base_url: "` + up.url("gemini") + `", api_key_env: GEMINI_KEY, forward_headers: [x-fake-status, x-fake-retry-after]}
 models:
   - {id: acme/gpt, providers: [{provider: openai, upstream_model: fake-chat-1}]}
   - {id: acme/claude, providers: [{provider: anthropic, upstream_model: claude-fake}]}

@@ -63,7 +63,7 @@ func TestPreparedFirstAttempt(t *testing.T) {
 		if x.status != 200 || !x.bodyMessage {
 			t.Fatalf("status %d, body message %v: %s", x.status, x.bodyMessage, x.body)
 		}
-		if _, ok := x.sentHeaders[preparedHeader]; ok {
+		if _, ok := x.routed[preparedHeader]; ok {
 			t.Errorf("%s set for an Anthropic first choice", preparedHeader)
 		}
 		if x.upstream.header.Get("x-api-key") != anthropicKey || gjson.GetBytes(x.upstream.body, "model").String() != "claude-fake" {
@@ -106,8 +106,8 @@ models:
 			if x.status != 200 || x.bodyMessage {
 				t.Fatalf("status %d, body message %v: %s", x.status, x.bodyMessage, x.body)
 			}
-			if x.upstream == nil || x.sentHeaders[catalog.FirstHeader] != tc.provider {
-				t.Fatalf("first choice %q, want %s", x.sentHeaders[catalog.FirstHeader], tc.provider)
+			if x.upstream == nil || x.routed[catalog.FirstHeader] != tc.provider {
+				t.Fatalf("first choice %q, want %s", x.routed[catalog.FirstHeader], tc.provider)
 			}
 			if x.upstreamResponse != tc.response {
 				t.Errorf("upstream response headers message %v, want %v", x.upstreamResponse, tc.response)
@@ -170,7 +170,7 @@ func (h *harness) failover(t *testing.T, up *fakeUpstreams, body string, provide
 	}
 	var results []attemptResult
 	for i, p := range providers {
-		a := h.attempt(t, p, req, bytes.Clone(buffered))
+		a := h.attempt(t, p, req, r.GetDynamicMetadata(), bytes.Clone(buffered))
 		if a.immediate != nil {
 			t.Fatalf("attempt %d on %s refused: %v", i+1, p, a.immediate)
 		}
@@ -304,10 +304,18 @@ func TestPreparedFailover(t *testing.T) {
 		})
 	}
 
+	// The prepared attempt removed the prepared mark with the other
+	// internal headers (no vendor sees them): a retry on the same provider
+	// reads the body, like any attempt after the first.
 	t.Run("retry on the prepared provider", func(t *testing.T) {
-		got, as, _ := h.failover(t, up, body, "oa1", "oa1")
-		if as[0].bodyMessage || as[1].bodyMessage {
-			t.Error("a prepared provider's attempt was sent the body")
+		got, as, hs := h.failover(t, up, body, "oa1", "oa1")
+		if as[0].bodyMessage || !as[1].bodyMessage {
+			t.Errorf("body messages: prepared attempt %v, retry %v", as[0].bodyMessage, as[1].bodyMessage)
+		}
+		for k := range hs {
+			if catalog.IsInternalHeader(k) {
+				t.Errorf("%s reached the provider", k)
+			}
 		}
 		if gjson.GetBytes(got.body, "model").String() != "model-one" || got.header.Get("authorization") != "Bearer "+oaKey {
 			t.Errorf("oa1 got %q %s", got.header.Get("authorization"), got.body)
@@ -358,11 +366,12 @@ func TestPreparedFallsBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := h.openUpstream(t, tc.provider)
-			// Not prepared, and later attempts are told so.
+			// Not prepared, and later attempts are told so: the internal
+			// headers are removed, as on every attempt.
 			r := u.do(reqHeadersMsg(tc.hs))
 			if hm := common(r).GetHeaderMutation(); r.GetModeOverride() != nil || len(hm.GetSetHeaders()) != 0 ||
-				!slices.Equal(hm.GetRemoveHeaders(), []string{preparedHeader}) {
-				t.Fatalf("request headers reply %v, want only %s removed", r, preparedHeader)
+				!slices.Equal(sorted(hm.GetRemoveHeaders()), []string{catalog.RouteHeader, preparedHeader}) {
+				t.Fatalf("request headers reply %v, want only %s and %s removed", r, catalog.RouteHeader, preparedHeader)
 			}
 			r = u.do(reqBody(body))
 			if tc.provider == "local" {
@@ -405,4 +414,10 @@ func TestPreparedFallsBack(t *testing.T) {
 			t.Errorf("response headers reply %v", r)
 		}
 	})
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
 }

@@ -50,12 +50,14 @@ var (
 		"The gateway could not verify your API key right now. Please retry shortly.")
 	errInternalBody = apierror.Server(http.StatusInternalServerError, "server_error",
 		"The gateway failed to process your request.")
+	errContentEncoding = &apierror.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_content_encoding",
+		Message: "Compressed request bodies are not supported: send the body uncompressed, without a Content-Encoding header (or with Content-Encoding: identity)."}
 )
 
 // requestHeaders strips internal and credential headers, authenticates the
 // client and decides whether the request needs the body phase.
 func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
-	var method, path, authz, onBehalfOf, origin string
+	var method, path, authz, onBehalfOf, origin, encoding string
 	nAuth := 0
 	// The client's authorization must never reach a provider or backend,
 	// whatever the path; internal headers must never come from a client.
@@ -72,6 +74,10 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 			nAuth++
 		case name == "x-request-id":
 			st.requestID = headerValue(hv)
+		case name == "content-encoding":
+			if v := strings.TrimSpace(headerView(hv)); v != "" && !strings.EqualFold(v, "identity") {
+				encoding = headerValue(hv)
+			}
 		case catalog.IsInternalHeader(name):
 			internal = append(internal, name)
 			// Read only to be honoured with the internal token
@@ -90,6 +96,11 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 	k, internalCall, e := st.srv.authenticate(ctx, authz, nAuth, st.requestID, onBehalfOf, origin)
 	if e != nil {
 		return immediate(e)
+	}
+	if encoding != "" && !h.GetEndOfStream() {
+		// Bodies are read as sent: a compressed one would only be reported
+		// as invalid JSON, or reach a backend or provider unread.
+		return immediate(errContentEncoding)
 	}
 	st.key = k
 	if internalCall {
@@ -448,6 +459,8 @@ func contextLengthExceeded(window int, prompt int64) *apierror.Error {
 // model is where the body's model value lies.
 func (st *stream) route(ctx context.Context, body []byte, mr *modelRoute, t *target, model span, edits []edit) *extprocv3.ProcessingResponse {
 	st.routed, st.model, st.provider = true, mr.id, t.provider.name
+	// Every response names the model the client asked for.
+	st.sse.model = mr.idJSON
 	prepared := t.provider.kind == kindOpenAI
 	if prepared && !bytes.Equal(body[model.start:model.end], t.modelJSON) {
 		edits = insertEdit(edits, edit{model.start, model.end, t.modelJSON})

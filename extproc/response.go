@@ -54,8 +54,8 @@ func (st *stream) responseHeaders(_ context.Context, h *extprocv3.HttpHeaders) *
 	case media == "text/event-stream":
 		st.kind = respSSE
 		mode = modeOverride(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_SEND)
-		if st.sse.drop {
-			// Chunks may shrink; a length would no longer be true.
+		if st.sse.drop || st.sse.model != nil {
+			// Chunks may change length; a length would no longer be true.
 			cr = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{"content-length"}}}
 		}
 	case media == "application/json" || strings.HasSuffix(media, "+json"):
@@ -106,13 +106,32 @@ func (st *stream) jsonBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 	if u := gjson.Get(js, "usage"); u.IsObject() {
 		st.setUsage(usageFrom(u))
 	}
+	cr := st.renameModel(body)
 	if !b.GetEndOfStream() || !st.haveUsage {
-		return responseBodyReply(nil)
+		return responseBodyReply(cr)
 	}
 	st.recordUsage(ctx)
-	resp := responseBodyReply(nil)
+	resp := responseBodyReply(cr)
 	resp.DynamicMetadata = usageMetadata(st.usage)
 	return resp
+}
+
+// renameModel returns the mutation that makes a JSON response's top-level
+// model the id the client asked for (an OpenAI-kind provider answers with
+// its own name for it), or nil when it already is.
+func (st *stream) renameModel(body []byte) *extprocv3.CommonResponse {
+	want := st.sse.model
+	m := gjson.Get(bytesString(body), "model")
+	if want == nil || m.Type != gjson.String || m.Index <= 0 || m.Raw == string(want) {
+		return nil
+	}
+	out := make([]byte, 0, len(body)-len(m.Raw)+len(want))
+	out = append(append(append(out, body[:m.Index]...), want...), body[m.Index+len(m.Raw):]...)
+	return &extprocv3.CommonResponse{
+		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+			setHeader("content-length", strconv.Itoa(len(out)))}},
+		BodyMutation: bodyMutation(out),
+	}
 }
 
 // providerError returns the error to send instead of a provider's error

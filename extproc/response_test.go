@@ -82,11 +82,13 @@ func TestResponseHeadersMode(t *testing.T) {
 	})
 }
 
+// The events of a stream as the client sees it: the model is the id it
+// asked for (TestStreamModelRenamed has a provider's own name).
 const (
-	roleEvent    = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}` + "\n\n"
-	contentEvent = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{"content":"Hello \"usage\" world"},"finish_reason":null}],"usage":null}` + "\n\n"
-	finishEvent  = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}` + "\n\n"
-	usageEvent   = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"gpt-4o-2024-08-06","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18,"prompt_tokens_details":{"cached_tokens":3}}}` + "\n\n"
+	roleEvent    = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"openai/gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null}` + "\n\n"
+	contentEvent = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"openai/gpt-4o","choices":[{"index":0,"delta":{"content":"Hello \"usage\" world"},"finish_reason":null}],"usage":null}` + "\n\n"
+	finishEvent  = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"openai/gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}` + "\n\n"
+	usageEvent   = `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"openai/gpt-4o","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":7,"total_tokens":18,"prompt_tokens_details":{"cached_tokens":3}}}` + "\n\n"
 	doneEvent    = "data: [DONE]\n\n"
 )
 
@@ -163,22 +165,24 @@ func TestStreamUsageDropped(t *testing.T) {
 func TestStreamUsageKept(t *testing.T) {
 	h := newHarness(t, true)
 	e := routed(t, h, chatBody("openai/gpt-4o", `"stream":true`, `"stream_options":{"include_usage":true}`))
-	hr := e.do(respHeaders("200", "text/event-stream"))
-	if hr.GetResponseHeaders().GetResponse().GetHeaderMutation() != nil {
-		t.Errorf("headers changed although no chunk will be: %v", hr)
-	}
+	e.do(respHeaders("200", "text/event-stream"))
 	all := roleEvent + contentEvent + finishEvent + usageEvent + doneEvent
+	// Chunks end inside events: the unfinished one is withheld until it
+	// is whole (its model might need renaming), and nothing else changes.
 	chunks := []string{all[:100], all[100 : len(all)-40], all[len(all)-40:]}
+	var out strings.Builder
 	for i, c := range chunks {
 		resp := e.do(respBody(c, i == len(chunks)-1))
-		if _, mutated := forwarded(t, c, resp); mutated {
-			t.Errorf("chunk %d mutated", i)
-		}
+		fwd, _ := forwarded(t, c, resp)
+		out.WriteString(fwd)
 		if i == len(chunks)-1 {
 			if md := metaFields(t, resp); md["total_tokens"] != 18.0 {
 				t.Errorf("metadata = %v", md)
 			}
 		}
+	}
+	if out.String() != all {
+		t.Errorf("client got:\n%q\nwant:\n%q", out.String(), all)
 	}
 	if got := h.rec.all(); len(got) != 1 || got[0].u != wantUsage {
 		t.Errorf("recorded %+v", got)
@@ -409,4 +413,52 @@ func TestCatalog(t *testing.T) {
 			t.Error("resource of the wrong type accepted")
 		}
 	})
+}
+
+// TestStreamModelRenamed: an OpenAI-kind provider names the model its own
+// way; every event reaches the client with the id the client asked for,
+// also when a chunk ends in the middle of the model value, and the usage
+// is still read.
+func TestStreamModelRenamed(t *testing.T) {
+	upstream := func(ev string) string {
+		return strings.ReplaceAll(ev, `"model":"openai/gpt-4o"`, `"model":"gpt-4o-2024-08-06"`)
+	}
+	all := upstream(roleEvent + contentEvent + finishEvent + usageEvent + doneEvent)
+	cut := strings.Index(all, "gpt-4o-2024") + 4 // inside the first model value
+	for _, tc := range []struct {
+		name   string
+		body   string
+		chunks []string
+		want   string
+	}{
+		{"usage kept", chatBody("openai/gpt-4o", `"stream":true`, `"stream_options":{"include_usage":true}`),
+			[]string{all[:cut], all[cut : len(all)-40], all[len(all)-40:]},
+			roleEvent + contentEvent + finishEvent + usageEvent + doneEvent},
+		{"usage dropped", chatBody("openai/gpt-4o", `"stream":true`),
+			[]string{all[:cut], all[cut:]},
+			roleEvent + contentEvent + finishEvent + doneEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, true)
+			e := routed(t, h, tc.body)
+			hr := e.do(respHeaders("200", "text/event-stream"))
+			if rm := hr.GetResponseHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders(); !slices.Contains(rm, "content-length") {
+				t.Errorf("content-length not removed: %v", rm)
+			}
+			var out strings.Builder
+			for _, c := range tc.chunks {
+				fwd, _ := forwarded(t, c, e.do(respBody(c, false)))
+				out.WriteString(fwd)
+			}
+			last := e.do(respBody("", true))
+			fwd, _ := forwarded(t, "", last)
+			out.WriteString(fwd)
+			if out.String() != tc.want {
+				t.Errorf("client got:\n%q\nwant:\n%q", out.String(), tc.want)
+			}
+			if got := h.rec.all(); len(got) != 1 || got[0].u != wantUsage {
+				t.Errorf("recorded %+v", got)
+			}
+		})
+	}
 }

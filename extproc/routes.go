@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/jsonquote"
 	"github.com/switchyard-ai/switchyard/providers/anthropic"
 	"github.com/switchyard-ai/switchyard/providers/gemini"
 )
@@ -104,6 +105,9 @@ type provider struct {
 	removeOpenAI []string
 	// metaName is the provider's name as dynamic metadata.
 	metaName *structpb.Value
+	// forward are the client headers the configuration lets reach this
+	// provider beyond those its API needs (config forward_headers).
+	forward []string
 }
 
 // modelRoute is one client-visible model and the providers that serve it.
@@ -135,6 +139,9 @@ type modelRoute struct {
 	// metadata), built once and shared by replies.
 	routeHeader *corev3.HeaderValueOption
 	metaID      *structpb.Value
+	// idJSON is the id as a JSON string: the model of every response
+	// (response.go, sse.go), whatever the provider that answered calls it.
+	idJSON []byte
 }
 
 // target is everything the request path needs to send a request to one
@@ -240,6 +247,7 @@ func (s *Server) newProvider(p config.Provider) (*provider, error) {
 		name: p.Name, kind: kind, region: p.Region,
 		basePath: strings.TrimSuffix(u.EscapedPath(), "/"),
 		health:   s.healthOf(p.Name),
+		forward:  p.ForwardHeaders,
 	}
 	if p.APIKeyEnv == "" {
 		pr.finish()
@@ -388,6 +396,7 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 	r.listing = listing
 	r.routeHeader = setHeader(catalog.RouteHeader, m.ID)
 	r.metaID = structpb.NewStringValue(m.ID)
+	r.idJSON = jsonquote.Append(nil, m.ID)
 	return r, nil
 }
 

@@ -15,15 +15,18 @@ var usageKey = []byte(`"usage"`)
 
 // sseFilter follows a chat completion event stream chunk by chunk. It
 // captures the usage event and, when drop is set (the gateway asked for
-// usage the client did not), cuts that event out.
+// usage the client did not), cuts that event out; when model is set, it
+// replaces each event's top-level model with it (the id the client asked
+// for, where an OpenAI-kind provider sends its own name).
 //
 // Chunks do not align with events, so the unfinished trailing event is kept
-// in carry. When cutting, it is also withheld from the client until it is
-// complete: a usage event split over two chunks could not be cut once its
-// first half had been forwarded. Withholding costs no latency, as a client
-// cannot act on half an event.
+// in carry. When cutting or rewriting, it is also withheld from the client
+// until it is complete: a usage event split over two chunks could not be
+// cut once its first half had been forwarded. Withholding costs no
+// latency, as a client cannot act on half an event.
 type sseFilter struct {
-	drop bool
+	drop  bool
+	model []byte // JSON string; nil: models left as they are
 
 	carry []byte // unfinished event: forwarded already unless drop
 	out   []byte // reused buffer for rewritten chunks
@@ -50,6 +53,22 @@ func (f *sseFilter) chunk(data []byte, eos bool) (out []byte, replace bool) {
 	// buf[last:pos] is kept but not yet copied to f.out (drop mode).
 	pos, last, cut := 0, 0, false
 	f.out = f.out[:0]
+	// complete handles the event buf[pos:end]: cut, rewritten or kept.
+	complete := func(end int) {
+		ev := buf[pos:end]
+		if f.event(ev) && f.drop {
+			f.out = append(f.out, buf[last:pos]...)
+			last, cut = end, true
+			return
+		}
+		if f.model == nil {
+			return
+		}
+		if i, j := modelValue(ev); i >= 0 && !bytes.Equal(ev[i:j], f.model) {
+			f.out = append(append(f.out, buf[last:pos+i]...), f.model...)
+			last, cut = pos+j, true
+		}
+	}
 	for i := 0; ; {
 		nl := bytes.IndexByte(buf[i:], '\n')
 		if nl < 0 {
@@ -57,27 +76,21 @@ func (f *sseFilter) chunk(data []byte, eos bool) (out []byte, replace bool) {
 		}
 		end := i + nl + 1
 		if nl == 0 || (nl == 1 && buf[i] == '\r') {
-			if f.event(buf[pos:end]) && f.drop {
-				f.out = append(f.out, buf[last:pos]...)
-				last, cut = end, true
-			}
+			complete(end)
 			pos = end
 		}
 		i = end
 	}
 	if eos && pos < len(buf) {
 		// A final event without its blank line.
-		if f.event(buf[pos:]) && f.drop {
-			f.out = append(f.out, buf[last:pos]...)
-			last, cut = len(buf), true
-		}
+		complete(len(buf))
 		pos = len(buf)
 	}
 	if len(buf)-pos > maxPendingEvent {
 		f.off = true
 		pos = len(buf) // release what was withheld
 	}
-	if f.drop && (carried || cut || pos < len(buf)) {
+	if (f.drop || f.model != nil) && (carried || cut || pos < len(buf)) {
 		if !carried && !cut {
 			out = data[:pos] // only withholding the tail: no copy needed
 		} else {
@@ -141,6 +154,31 @@ func (f *sseFilter) event(ev []byte) (cut bool) {
 	f.usage, f.seen = usageFrom(u), true
 	ch := gjson.Get(js, "choices")
 	return !ch.Exists() || ch.Type == gjson.Null || (ch.IsArray() && emptyArray(ch.Raw))
+}
+
+// modelValue returns where the top-level model string of an event's data
+// lies in ev, or -1, -1 when it has none (or more than one data line).
+func modelValue(ev []byte) (start, end int) {
+	data, off, n := []byte(nil), 0, 0
+	for rest, at := ev, 0; len(rest) > 0; {
+		line, next := rest, len(rest)
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, next = rest[:i], i+1
+		}
+		if len(line) >= 5 && string(line[:5]) == "data:" {
+			data, off = line[5:], at+5
+			n++
+		}
+		rest, at = rest[next:], at+next
+	}
+	if n != 1 || len(data) == 0 {
+		return -1, -1
+	}
+	m := gjson.Get(bytesString(data), "model")
+	if m.Type != gjson.String || m.Index <= 0 {
+		return -1, -1
+	}
+	return off + m.Index, off + m.Index + len(m.Raw)
 }
 
 func emptyArray(raw string) bool {

@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -128,7 +129,7 @@ func (st *upstreamStream) handle(ctx context.Context, req *extprocv3.ProcessingR
 	}()
 	switch m := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		return st.requestHeaders(m.RequestHeaders), nil
+		return st.requestHeaders(m.RequestHeaders, req.GetMetadataContext()), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return st.requestBody(m.RequestBody), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
@@ -155,12 +156,31 @@ func (st *upstreamStream) finish(context.Context) {
 	}
 }
 
-// requestHeaders notes what the attempt needs from the headers and answers
-// a prepared attempt at once.
-func (st *upstreamStream) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+// requestHeaders notes what the attempt needs from the headers, removes
+// every header the provider's API does not need, and answers a prepared
+// attempt at once.
+//
+// What reaches a vendor is an allow-list (vendorAllowed): the client's
+// other headers (a key in api-key, cookies, its SDK's telemetry, its Host:
+// the cluster's auto_host_rewrite replaces that) and the gateway's own
+// (x-switchyard-*: routing, the prepared mark) are removed here, on every
+// attempt. Removed from the shared header map, the routing headers are
+// gone for later attempts too, so the canonical model id comes from the
+// dynamic metadata the downstream phase set (forwarded to this filter,
+// metadata_options.forwarding_namespaces); the header is only a fallback.
+// The prepared mark needs no such second source: an attempt after the
+// first never finds it, and reads the body, as any attempt after another
+// provider's must.
+func (st *upstreamStream) requestHeaders(h *extprocv3.HttpHeaders, md *corev3.Metadata) *extprocv3.ProcessingResponse {
 	var path, prepared string
+	var prov *provider
+	if rt := st.srv.routes.Load(); rt != nil {
+		prov = rt.providers[st.providerName]
+	}
+	var remove []string
 	for _, hv := range h.GetHeaders().GetHeaders() {
-		switch hv.GetKey() {
+		key := hv.GetKey()
+		switch key {
 		case "x-request-id":
 			st.requestID = headerValue(hv)
 		case ":path":
@@ -170,24 +190,58 @@ func (st *upstreamStream) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.Pr
 		case preparedHeader:
 			prepared = headerView(hv)
 		}
+		if !vendorAllowed(prov, key) && !slices.Contains(remove, key) {
+			remove = append(remove, key)
+		}
 	}
-	if prepared == "" {
-		return requestHeadersReply(nil)
+	if v := md.GetFilterMetadata()[catalog.MetadataNamespace].GetFields()["model"].GetStringValue(); v != "" {
+		st.canonical = v
 	}
-	if prepared == st.providerName {
-		if resp := st.preparedAttempt(path); resp != nil {
+	if prepared != "" && prepared == st.providerName {
+		if resp := st.preparedAttempt(path, remove); resp != nil {
 			return resp
 		}
 	}
-	// This attempt rewrites the header map (content-length, :path, the
-	// credential) for its own body. A later attempt on the prepared
-	// provider must not trust the map then, so it is told nothing was
-	// prepared and reads the body like this one.
-	return requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: removePrepared})
+	// An attempt that was not prepared rewrites the header map
+	// (content-length, :path, the credential) for its own body; removing
+	// the prepared mark (above all) tells a later attempt on the prepared
+	// provider not to trust the map, so it reads the body like this one.
+	if len(remove) == 0 {
+		return requestHeadersReply(nil)
+	}
+	return requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: remove}})
 }
 
-// removePrepared is the header mutation that clears preparedHeader.
-var removePrepared = &extprocv3.HeaderMutation{RemoveHeaders: []string{preparedHeader}}
+// vendorAllowed reports whether a request header may reach the provider:
+// the pseudo-headers, what every API needs to read the body, the gateway's
+// request id (for correlating with the vendor), the kind's own credential
+// and version headers, which the attempt sets itself, and those the
+// configuration names (forward_headers). For a provider the catalog does
+// not know (yet), only the common ones.
+func vendorAllowed(p *provider, name string) bool {
+	if strings.HasPrefix(name, ":") {
+		return true
+	}
+	switch name {
+	case "content-type", "content-length", "accept", "x-request-id":
+		return true
+	}
+	if p == nil {
+		return false
+	}
+	if slices.Contains(p.forward, name) {
+		return true
+	}
+	switch p.kind {
+	case kindOpenAI:
+		return name == "authorization"
+	case kindAnthropic:
+		return name == "x-api-key" || name == "anthropic-version"
+	case kindGemini:
+		return name == "x-goog-api-key"
+	}
+	return false
+}
 
 // preparedAttempt answers the request headers of an attempt on the provider
 // the downstream phase prepared the body for: the headers an OpenAI-kind
@@ -198,7 +252,7 @@ var removePrepared = &extprocv3.HeaderMutation{RemoveHeaders: []string{preparedH
 // catalog that no longer routes the model there, or, for a model that
 // serves both operations, a path it does not know): the body message then
 // comes, and requestBody rewrites it as for any attempt.
-func (st *upstreamStream) preparedAttempt(path string) *extprocv3.ProcessingResponse {
+func (st *upstreamStream) preparedAttempt(path string, remove []string) *extprocv3.ProcessingResponse {
 	rt := st.srv.routes.Load()
 	if rt == nil {
 		return nil
@@ -232,6 +286,9 @@ func (st *upstreamStream) preparedAttempt(path string) *extprocv3.ProcessingResp
 	hm := &extprocv3.HeaderMutation{
 		SetHeaders:    make([]*corev3.HeaderValueOption, 0, 3),
 		RemoveHeaders: p.removeOpenAI,
+	}
+	if len(remove) > 0 {
+		hm.RemoveHeaders = append(slices.Clip(remove), p.removeOpenAI...)
 	}
 	if p.authHeader != nil {
 		hm.SetHeaders = append(hm.SetHeaders, p.authHeader)

@@ -27,13 +27,14 @@ const (
 	fTools
 	fToolChoice
 	fPromptCacheKey
+	fResponseFormat
 	numFields
 )
 
 var fieldNames = [numFields]string{
 	"model", "messages", "temperature", "top_p", "presence_penalty", "frequency_penalty", "stop", "n",
 	"max_tokens", "max_completion_tokens", "stream", "stream_options", "tools", "tool_choice",
-	"prompt_cache_key",
+	"prompt_cache_key", "response_format",
 }
 
 func fieldIndex(key string) int {
@@ -68,6 +69,8 @@ func fieldIndex(key string) int {
 		return fToolChoice
 	case "prompt_cache_key":
 		return fPromptCacheKey
+	case "response_format":
+		return fResponseFormat
 	}
 	return -1
 }
@@ -216,7 +219,45 @@ func parseChat(body []byte) (chatRequest, *apierror.Error) {
 	if e := validateToolChoice(raw(fToolChoice)); e != nil {
 		return r, e
 	}
+	if e := validateResponseFormat(raw(fResponseFormat)); e != nil {
+		return r, e
+	}
 	return r, nil
+}
+
+// validateResponseFormat checks response_format's type against the spec,
+// for every provider kind: a type a translator does not know would
+// otherwise reach an OpenAI-kind provider as is, or be refused only by some
+// translators, under different names. A duplicate type is refused as a
+// duplicate model is: parsers disagree on which one counts.
+func validateResponseFormat(v string) *apierror.Error {
+	if isNull(v) {
+		return nil
+	}
+	if v[0] != '{' {
+		return errType("response_format", "an object", v)
+	}
+	typ := ""
+	for it := newIter(v, 0); it.next(); {
+		if it.key != "type" {
+			continue
+		}
+		if typ != "" {
+			return apierror.InvalidParam("response_format.type", "Duplicate key 'type' in 'response_format'.")
+		}
+		if typ = it.raw(); typ[0] != '"' {
+			return errType("response_format.type", "one of 'text', 'json_object' or 'json_schema'", typ)
+		}
+	}
+	if typ == "" {
+		return apierror.MissingParam("response_format.type")
+	}
+	switch t := str(typ); t {
+	case "text", "json_object", "json_schema":
+		return nil
+	default:
+		return apierror.InvalidParam("response_format.type", "Invalid value: '%s'. Supported values are: 'text', 'json_object' and 'json_schema'.", clip(t))
+	}
 }
 
 // messageScan validates the messages array while the body is scanned, so

@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/switchyard-ai/switchyard/sqlitedb"
@@ -282,8 +283,17 @@ func validate(field, v string, maxLen int) error {
 		return invalidf("keys: %s must be valid UTF-8", field)
 	case utf8.RuneCountInString(v) > maxLen:
 		return invalidf("keys: %s must be at most %d characters", field, maxLen)
+	case strings.ContainsFunc(v, isControl):
+		return invalidf("keys: %s must not contain control characters", field)
 	}
 	return nil
+}
+
+// isControl reports control characters (C0, DEL, C1) and the bidirectional
+// formatting ones: names are printed in terminals, tables and logs, where
+// they could move the cursor, forge lines or reorder what is shown.
+func isControl(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 func validateLimits(rpm, tpm int64) error {

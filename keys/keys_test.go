@@ -120,6 +120,13 @@ func TestCreateValidation(t *testing.T) {
 		{"blank name", " \t\n", "free", "name must not be empty"},
 		{"long name", strings.Repeat("a", maxNameLen+1), "free", "name must be at most 200 characters"},
 		{"invalid UTF-8 name", "bad\xffname", "free", "name must be valid UTF-8"},
+		{"escape sequence in name", "ok\x1b[2Jgone", "free", "name must not contain control characters"},
+		{"newline in name", "line\nforged log line", "free", "name must not contain control characters"},
+		{"NUL in name", "a\x00b", "free", "name must not contain control characters"},
+		{"DEL in name", "a\x7fb", "free", "name must not contain control characters"},
+		{"C1 control in name", "a\u009bb", "free", "name must not contain control characters"},
+		{"bidi override in name", "admin\u202etxt.exe", "free", "name must not contain control characters"},
+		{"control character in tier", "ok", "fr\tee", "tier must not contain control characters"},
 		{"empty tier", "ok", "", "tier must not be empty"},
 		{"blank tier", "ok", "   ", "tier must not be empty"},
 	}

@@ -116,6 +116,15 @@ func TestKeyLifecycle(t *testing.T) {
 		t.Fatalf("created key not in the store: %v", err)
 	}
 
+	// A name with control characters (a terminal escape, a forged log
+	// line) is refused.
+	for _, name := range []string{`"x\u001b[2J"`, `"a\nb"`, `"a\u0000b"`} {
+		status, m, raw := do(t, srv, "POST", "/admin/v1/keys", auth, `{"name":`+name+`,"tier":"free"}`)
+		if status != http.StatusBadRequest || !strings.Contains(raw, "control characters") {
+			t.Errorf("create named %s: %d %v", name, status, m)
+		}
+	}
+
 	// Listings and show never carry the secret.
 	for _, path := range []string{"/admin/v1/keys", "/admin/v1/keys/" + id} {
 		status, _, raw := do(t, srv, "GET", path, auth, "")

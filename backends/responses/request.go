@@ -116,6 +116,12 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 	if !root.IsObject() {
 		return nil, apierror.InvalidJSON()
 	}
+	// Parsers disagree on duplicate keys (gjson takes the first, others the
+	// last): a duplicate model could be billed as one model and served as
+	// another. Refused, as the chat route refuses them.
+	if dup := duplicateKey(root); dup != "" {
+		return nil, apierror.InvalidParam(dup, "Duplicate key '%s' in the request body.", dup)
+	}
 	req := &createRequest{store: true, truncation: "disabled"}
 
 	model := root.Get("model")
@@ -283,6 +289,25 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 		return nil, typeError("input", "a string or an array", input)
 	}
 	return req, nil
+}
+
+// duplicateKey returns the first top-level key of obj that appears twice,
+// or "".
+func duplicateKey(obj gjson.Result) string {
+	seen := make(map[string]bool, 16)
+	dup := ""
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		if seen[k.Str] {
+			dup = k.Str
+			if len(dup) > 64 { // echoed in the error: bounded
+				dup = strings.ToValidUTF8(dup[:64], "")
+			}
+			return false
+		}
+		seen[k.Str] = true
+		return true
+	})
+	return dup
 }
 
 func typeError(param, want string, v gjson.Result) *apierror.Error {

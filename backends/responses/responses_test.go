@@ -219,6 +219,8 @@ func TestValidation(t *testing.T) {
 	}{
 		{"not json", `{"model":`, 400, ""},
 		{"missing model", `{"input":"x"}`, 400, "model"},
+		{"duplicate model", `{"model":"m","input":"x","model":"other"}`, 400, "model"},
+		{"duplicate input", `{"model":"m","input":"x","input":"y"}`, 400, "input"},
 		{"model not string", `{"model":3,"input":"x"}`, 400, "model"},
 		{"missing input", `{"model":"m"}`, 400, "input"},
 		{"empty input", `{"model":"m","input":[]}`, 400, "input"},
@@ -246,6 +248,7 @@ func TestValidation(t *testing.T) {
 		{"tool_choice unknown function", `{"model":"m","input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"}}`, 400, "tool_choice"},
 		{"tool_choice bad string", `{"model":"m","input":"x","tool_choice":"always"}`, 400, "tool_choice"},
 		{"text format", `{"model":"m","input":"x","text":{"format":{"type":"yaml"}}}`, 400, "text.format.type"},
+		{"text format without type", `{"model":"m","input":"x","text":{"format":{}}}`, 400, "text.format.type"},
 		{"json_schema without schema", `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"s"}}}`, 400, "text.format.schema"},
 		{"background", `{"model":"m","input":"x","background":true}`, 400, "background"},
 		{"conversation", `{"model":"m","input":"x","conversation":"conv_1"}`, 400, "conversation"},

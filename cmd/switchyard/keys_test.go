@@ -23,6 +23,10 @@ func TestKeysLifecycleCLI(t *testing.T) {
 		!strings.Contains(err.Error(), "no limits of its own") {
 		t.Errorf("enterprise key without limits: err = %v", err)
 	}
+	if _, _, err := runCLI(t, "keys", "create", "--data-dir", dir, "--name", "x\x1b]0;owned\x07"); err == nil ||
+		!strings.Contains(err.Error(), "control characters") {
+		t.Errorf("name with control characters: err = %v", err)
+	}
 	if _, _, err := runCLI(t, "keys", "create", "--data-dir", dir, "--name", "x", "--models", "nope/none"); err == nil ||
 		!strings.Contains(err.Error(), "not served") {
 		t.Errorf("unknown model: err = %v", err)

@@ -23,10 +23,27 @@ import (
 
 // Admin API defaults.
 const (
-	defaultAdminListen = "127.0.0.1:8081"
+	// defaultAdminListen is a free loopback port: two gateways with
+	// different configurations never collide on a fixed default.
+	defaultAdminListen = "127.0.0.1:0"
 	adminTokenEnv      = "SWITCHYARD_ADMIN_TOKEN"
 	adminTokenFileName = "admin.token"
 )
+
+// adminAddress is where the admin API listens: --admin-listen when given
+// ("" or "off" turn the API off), else the first listener's admin_address,
+// else a free loopback port.
+func adminAddress(flagValue string, flagSet bool, cfg *config.Config) string {
+	switch {
+	case flagSet && flagValue == "off":
+		return ""
+	case flagSet:
+		return flagValue
+	case len(cfg.Listeners) > 0 && cfg.Listeners[0].AdminAddress != "":
+		return cfg.Listeners[0].AdminAddress
+	}
+	return defaultAdminListen
+}
 
 // checkAdminAddr refuses a non-loopback admin address without --insecure:
 // the admin API is plain HTTP, and its token would cross the network in
@@ -108,7 +125,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	insecure := fs.Bool("insecure", false, "allow plain HTTP on a non-loopback address")
 	demoKey := fs.Bool("demo-key", false, "create a demo API key (tier standard) and print it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	adminListen := fs.String("admin-listen", defaultAdminListen, `address of the admin API ("" disables it); loopback unless --insecure`)
+	adminListen := fs.String("admin-listen", "", `address of the admin API, overriding the first listener's admin_address (default: a free loopback port; "" or off disables it); loopback unless --insecure`)
 	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin API token (default: $"+adminTokenEnv+", else DATA_DIR/"+adminTokenFileName+", created if missing)")
 	rateLimitAddr := fs.String("ratelimit-addr", "", "RLS address of an external rate limit service (envoyproxy/ratelimit); default: the embedded one")
 	region := fs.String("region", "", "this gateway's home region, us or asia (default: the config's region)")
@@ -121,6 +138,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	adminFlagSet := false
+	fs.Visit(func(f *flag.Flag) { adminFlagSet = adminFlagSet || f.Name == "admin-listen" })
+	*adminListen = adminAddress(*adminListen, adminFlagSet, cfg)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
