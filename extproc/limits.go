@@ -63,9 +63,15 @@ func (l *limiter) setTiers(t map[string]config.Tier) { l.tiers.Store(&t) }
 type limitState struct {
 	// headers are the x-ratelimit-* headers for the response.
 	headers []*corev3.HeaderValueOption
-	// usagePublished: the stream's usage went out as dynamic metadata
-	// before its end (publishUsageEarly).
+	// usagePublished: the usage went out as dynamic metadata, for the data
+	// plane's stream-end charge (publishUsageEarly, or the body's end).
 	usagePublished bool
+	// metered: the limiter admitted the request, so its tokens are owed
+	// to the key's TPM; lim and estimate are the key's limits and the
+	// prompt estimate admission compared with its remaining tokens.
+	metered  bool
+	lim      ratelimit.Limits
+	estimate int64
 }
 
 // admit charges the request to its key's requests-per-minute limit and
@@ -133,7 +139,51 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 	// An admitted request's estimate is shown as spent already, as OpenAI
 	// does, though it is only charged (at its real size) when it ends.
 	st.limits.headers = rateLimitHeaders(rq, tk, requestsLeft, tokensLeft-estimate)
+	st.limits.metered, st.limits.lim, st.limits.estimate = true, lim, estimate
 	return nil
+}
+
+// chargeUnreported charges the key's tokens per minute for a request that
+// ended without its usage reaching the data plane's stream-end charge: the
+// client hung up or the upstream reset before the usage event (or before
+// the response began), so the data plane found no total_tokens to charge.
+// Without it a client could spend unbounded prompt tokens by abandoning
+// every stream. The charge is the usage if it was seen, otherwise the
+// prompt estimate plus the completion relayed so far (its text bytes at
+// the same four bytes per token). An upstream error answer (4xx, 5xx)
+// generated nothing and is not charged. It runs once, when the ext_proc
+// stream ends (finish).
+func (st *stream) chargeUnreported(ctx context.Context) {
+	lm := &st.limits
+	if !lm.metered || lm.usagePublished || !st.routed || (st.status >= 300 && !st.haveUsage) {
+		return
+	}
+	if !st.haveUsage {
+		completion := (st.sse.generated + bytesPerToken - 1) / bytesPerToken
+		st.setUsage(Usage{PromptTokens: lm.estimate, CompletionTokens: completion})
+	}
+	hits := st.usage.TotalTokens
+	if hits <= 0 {
+		return
+	}
+	l := &st.srv.limits
+	// The client may be gone; the tokens were spent all the same.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	defer cancel()
+	_, err := l.rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{
+		Domain:      ratelimit.Domain,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{ratelimit.TokensDescriptor(st.key.Tier, st.key.LimitID(), lm.lim, uint64(hits))},
+	})
+	if err != nil {
+		l.metrics.ChargeErrors.Inc("extproc")
+		if n, ok := l.errLog.allow(); ok {
+			st.srv.log.Warn("extproc: charging an unfinished response failed; usage not charged", "request_id", st.requestID,
+				"key_id", st.key.ID, "tokens", hits, "error", err, "suppressed_since_last", n)
+		}
+		return
+	}
+	st.srv.log.Debug("extproc: unfinished response charged", "request_id", st.requestID, "key_id", st.key.ID,
+		"status", st.status, "tokens", hits)
 }
 
 // checkAnswer rejects an answer that does not decide both descriptors: a

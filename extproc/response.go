@@ -112,6 +112,7 @@ func (st *stream) jsonBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 	st.recordUsage(ctx)
 	resp := responseBodyReply(nil)
 	resp.DynamicMetadata = usageMetadata(st.usage)
+	st.limits.usagePublished = true
 	return resp
 }
 
@@ -164,6 +165,7 @@ func (st *stream) sseChunk(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 	}
 	last := responseBodyReply(cr)
 	last.DynamicMetadata = usageMetadata(st.usage)
+	st.limits.usagePublished = true
 	return last
 }
 
