@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -148,4 +149,28 @@ func TestAbandonedResponsesStreamCharged(t *testing.T) {
 	cancel()
 	got := rls.waitUsedAtLeast(t, "free", k.LimitID(), minPromptCharge)
 	t.Logf("charged %d tokens", got)
+}
+
+// TestTokenRefusalsKeepRequestSlots: requests refused for tokens per minute
+// do not use the key's requests per minute.
+func TestTokenRefusalsKeepRequestSlots(t *testing.T) {
+	s := newStack(t, stackOptions{})
+	key, k := s.issue(t, keys.Spec{Name: "tpm-spent", Tier: "free"})
+	c := s.clientWith(key)
+	rls := s.rls(t)
+	rls.charge(t, "free", k.LimitID(), 40000) // the free tier's whole TPM
+	for i := range 5 {
+		_, err := c.Chat.Completions.New(context.Background(), chatParams("refused for tokens"))
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Type != "tokens" {
+			t.Fatalf("request %d: want 429 tokens, got %v", i, err)
+		}
+		if got := apiErr.Response.Header.Get("x-ratelimit-remaining-requests"); got != "10" {
+			t.Errorf("request %d: remaining-requests = %q, want 10", i, got)
+		}
+	}
+	st := rls.call(t, ratelimit.RequestsDescriptor("free", k.LimitID(), ratelimit.Limits{}, 0))
+	if st.GetLimitRemaining() != 10 {
+		t.Fatalf("requests left after 5 token refusals = %d, want all 10", st.GetLimitRemaining())
+	}
 }

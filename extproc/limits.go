@@ -77,13 +77,23 @@ type limitState struct {
 // admit charges the request to its key's requests-per-minute limit and
 // checks that the key's remaining tokens cover the request's prompt
 // estimate (estimateFn, called only when there is a limiter:
-// estimatePromptTokens or the embeddings' estimate), in one ShouldRateLimit call with the two descriptors of the shared scheme
-// (docs/ratelimit-design.md): requests with hits_addend 1, tokens with
-// hits_addend 0 (check only). The tokens themselves are charged when the
-// response ends, by the data plane's ratelimit filter, from the
-// total_tokens this server publishes. It returns the reply that refuses
-// the request, or nil to go on; either way the headers for the client are
-// kept for the response.
+// estimatePromptTokens or the embeddings' estimate), with the two
+// descriptors of the shared scheme (docs/ratelimit-design.md). The tokens
+// themselves are charged when the response ends, by the data plane's
+// ratelimit filter, from the total_tokens this server publishes (or by
+// chargeUnreported). It returns the reply that refuses the request, or nil
+// to go on; either way the headers for the client are kept for the
+// response.
+//
+// It takes two limiter calls. The first only reads both counters
+// (hits_addend 0): a key already over its RPM, or whose remaining tokens
+// do not cover the estimate, is refused without touching either. Only then
+// does the second count the request (requests hits_addend 1), whose
+// increment-then-compare decides RPM exactly however many requests race.
+// One call counting the request while checking the tokens would spend a
+// request slot on every request refused for tokens, as the RLS API has no
+// conditional increment (and the fleet's stock ratelimit service none
+// either).
 func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3.ProcessingResponse {
 	l := &st.srv.limits
 	// Batch lines run outside the per-minute limits: batches have their own
@@ -102,26 +112,23 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 	}
 	estimate := estimateFn()
 	id := st.key.LimitID()
-	rreq := &rlsv3.RateLimitRequest{
-		Domain: ratelimit.Domain,
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{
-			ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 1),
-			ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0),
-		},
-	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	resp, err := l.rls.ShouldRateLimit(cctx, rreq)
-	cancel()
-	if err == nil {
-		err = checkAnswer(resp, len(rreq.Descriptors))
-	}
+	check, err := l.call(ctx,
+		ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 0),
+		ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0))
 	if err != nil {
 		return st.limiterFailed(ctx, err, tiers[st.key.Tier], lim)
 	}
-	rq, tk := resp.GetStatuses()[0], resp.GetStatuses()[1]
+	rq, tk := check[0], check[1]
 	tokensLeft := int64(tk.GetLimitRemaining())
 	if tk.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		tokensLeft = 0
+	}
+	if rq.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT && tokensLeft >= estimate {
+		counted, err := l.call(ctx, ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 1))
+		if err != nil {
+			return st.limiterFailed(ctx, err, tiers[st.key.Tier], lim)
+		}
+		rq = counted[0]
 	}
 	requestsLeft := int64(rq.GetLimitRemaining())
 	switch {
@@ -141,6 +148,21 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 	st.limits.headers = rateLimitHeaders(rq, tk, requestsLeft, tokensLeft-estimate)
 	st.limits.metered, st.limits.lim, st.limits.estimate = true, lim, estimate
 	return nil
+}
+
+// call makes one admission call to the limiter, bounded by its timeout,
+// and returns the statuses of ds once checkAnswer accepts them.
+func (l *limiter) call(ctx context.Context, ds ...*ratelimitv3.RateLimitDescriptor) ([]*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	resp, err := l.rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: ratelimit.Domain, Descriptors: ds})
+	if err == nil {
+		err = checkAnswer(resp, len(ds))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetStatuses(), nil
 }
 
 // chargeUnreported charges the key's tokens per minute for a request that
