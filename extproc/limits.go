@@ -54,6 +54,11 @@ type limiter struct {
 	metrics *ratelimit.Metrics
 	tiers   atomic.Pointer[map[string]config.Tier]
 	errLog  throttle
+	// batchLocks serialise the check and the reservation of batch lines of
+	// one key (striped by its limit id), so lines racing for the last
+	// tokens of a window cannot each pass the check and then all be
+	// counted (admitBatchLine).
+	batchLocks [64]sync.Mutex
 }
 
 // setTiers is called with every catalog extproc accepts.
@@ -72,6 +77,9 @@ type limitState struct {
 	metered  bool
 	lim      ratelimit.Limits
 	estimate int64
+	// reserved is what admission charged already (a batch line's
+	// estimate); the charges at the end add the rest.
+	reserved int64
 }
 
 // admit charges the request to its key's requests-per-minute limit and
@@ -96,9 +104,7 @@ type limitState struct {
 // either).
 func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3.ProcessingResponse {
 	l := &st.srv.limits
-	// Batch lines run outside the per-minute limits: batches have their own
-	// (docs/backends-design.md).
-	if l.rls == nil || st.origin == catalog.OriginBatch {
+	if l.rls == nil {
 		return nil
 	}
 	var tiers map[string]config.Tier
@@ -111,6 +117,9 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 		return immediate(errNoLimits)
 	}
 	estimate := estimateFn()
+	if st.origin == catalog.OriginBatch {
+		return st.admitBatchLine(ctx, tiers[st.key.Tier], lim, estimate)
+	}
 	id := st.key.LimitID()
 	check, err := l.call(ctx,
 		ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 0),
@@ -150,6 +159,68 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 	return nil
 }
 
+// admitBatchLine admits a batch line. Batch lines are outside the
+// requests per minute (a batch has its own allowance of lines a day,
+// checked when it is created) but draw from the key's tokens per minute,
+// so a running batch cannot spend more than the key's TPM: the line's
+// prompt estimate is reserved on the tokens counter at admission (the rest
+// of its usage is charged when it ends: charge_tokens), and a line whose
+// estimate the remaining tokens do not cover is refused with 429 tokens and
+// PacedHeader. The batch runner then waits for the window to reset
+// (retry-after) and sends it again: lines wait, they do not fail. A line
+// larger than the whole TPM could never be admitted, so its 429 is not
+// marked paced and the runner's retries end it.
+//
+// The check (hits 0) and the reservation are made under a per-key lock:
+// without it, lines waking together at a window's start would all pass the
+// check, and those the reservation then refused would still be counted,
+// using up the window for nothing. (A client request of the key charged
+// between the two calls can still make the reservation fail; that line
+// waits for the next window.)
+func (st *stream) admitBatchLine(ctx context.Context, tier config.Tier, lim ratelimit.Limits, estimate int64) *extprocv3.ProcessingResponse {
+	l := &st.srv.limits
+	id := st.key.LimitID()
+	mu := &l.batchLocks[stripe(id, len(l.batchLocks))]
+	mu.Lock()
+	defer mu.Unlock()
+	check, err := l.call(ctx, ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0))
+	if err != nil {
+		return st.limiterFailed(ctx, err, tier, lim)
+	}
+	tk := check[0]
+	tokensLeft := int64(tk.GetLimitRemaining())
+	if tk.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		tokensLeft = 0
+	}
+	if tokensLeft >= estimate {
+		reserved, err := l.call(ctx, ratelimit.TokensDescriptor(st.key.Tier, id, lim, uint64(estimate)))
+		if err != nil {
+			return st.limiterFailed(ctx, err, tier, lim)
+		}
+		if tk = reserved[0]; tk.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			st.limits.metered, st.limits.lim, st.limits.estimate, st.limits.reserved = true, lim, estimate, estimate
+			return nil
+		}
+		tokensLeft = 0
+	}
+	l.metrics.Limited.Inc(apierror.TypeTokens, st.key.Tier)
+	limit := int64(tk.GetCurrentLimit().GetRequestsPerUnit())
+	st.limits.headers = nil
+	if estimate <= limit {
+		st.limits.headers = []*corev3.HeaderValueOption{setHeader(catalog.PacedHeader, apierror.TypeTokens)}
+	}
+	return st.tooMany(apierror.TypeTokens, "tokens per minute (TPM)", limit, limit-tokensLeft, estimate, tk)
+}
+
+// stripe picks one of n locks for s (FNV-1a).
+func stripe(s string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return int(h % uint32(n))
+}
+
 // call makes one admission call to the limiter, bounded by its timeout,
 // and returns the statuses of ds once checkAnswer accepts them.
 func (l *limiter) call(ctx context.Context, ds ...*ratelimitv3.RateLimitDescriptor) ([]*rlsv3.RateLimitResponse_DescriptorStatus, error) {
@@ -184,7 +255,7 @@ func (st *stream) chargeUnreported(ctx context.Context) {
 		completion := (st.sse.generated + bytesPerToken - 1) / bytesPerToken
 		st.setUsage(Usage{PromptTokens: lm.estimate, CompletionTokens: completion})
 	}
-	hits := st.usage.TotalTokens
+	hits := st.usage.TotalTokens - lm.reserved
 	if hits <= 0 {
 		return
 	}
@@ -325,7 +396,7 @@ func (st *stream) publishUsageEarly(resp *extprocv3.ProcessingResponse, out []by
 		cr = &extprocv3.CommonResponse{BodyMutation: bodyMutation(out)}
 	}
 	r := responseBodyReply(cr) // not the reused replies: this one carries metadata
-	r.DynamicMetadata = usageMetadata(st.usage)
+	r.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
 	return r
 }
 

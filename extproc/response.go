@@ -111,7 +111,7 @@ func (st *stream) jsonBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 	}
 	st.recordUsage(ctx)
 	resp := responseBodyReply(nil)
-	resp.DynamicMetadata = usageMetadata(st.usage)
+	resp.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
 	st.limits.usagePublished = true
 	return resp
 }
@@ -164,7 +164,7 @@ func (st *stream) sseChunk(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 		cr = &extprocv3.CommonResponse{BodyMutation: bodyMutation(out)}
 	}
 	last := responseBodyReply(cr)
-	last.DynamicMetadata = usageMetadata(st.usage)
+	last.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
 	st.limits.usagePublished = true
 	return last
 }
