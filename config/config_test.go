@@ -54,6 +54,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"negative weight", [2]string{"upstream_model: m1", "upstream_model: m1\n        weight: -1"}, []string{"test.yaml:13:", "weight"}},
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
 		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"line 10", "lots"}},
+		{"bad batch allowance", [2]string{"models:", "tiers: {gold: {rpm: 5, tpm: 5, batch_lines_per_day: -2}}\nmodels:"}, []string{"tiers", "gold", "batch_lines_per_day"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
 	}
 	for _, tt := range tests {
@@ -96,5 +97,28 @@ func TestOutlierDetectionDefaults(t *testing.T) {
 func TestEmptyConfigRejected(t *testing.T) {
 	if _, err := Parse("e.yaml", []byte("# nothing\n")); err == nil {
 		t.Fatal("empty config accepted")
+	}
+}
+
+func TestBatchLineAllowanceDefaults(t *testing.T) {
+	src := strings.Replace(good, "models:", `tiers:
+  gold: {rpm: 100, tpm: 1000}
+  perkey: {}
+  capped: {batch_lines_per_day: 7}
+  open: {rpm: 100, tpm: 1000, batch_lines_per_day: -1}
+models:`, 1)
+	c, err := Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tier, want := range map[string]int64{"free": DefaultFreeBatchLines, "standard": DefaultStandardBatchLines,
+		"enterprise": -1, "gold": 100 * 1440, "perkey": -1, "capped": 7, "open": -1} {
+		got := c.Tiers[tier].BatchLinesPerDay
+		if got != want {
+			t.Errorf("%s: batch_lines_per_day = %d, want %d", tier, got, want)
+		}
+		if n, limited := c.Tiers[tier].BatchLineAllowance(); limited != (want >= 0) || (limited && n != want) {
+			t.Errorf("%s: BatchLineAllowance = %d, %v", tier, n, limited)
+		}
 	}
 }
