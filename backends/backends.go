@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/batches"
@@ -37,6 +38,12 @@ type Options struct {
 	// EmbeddingModel, when set, turns on vector stores and the file_search
 	// tool: chunks and queries are embedded with it through the gateway.
 	EmbeddingModel string
+	// BatchLinesPerDay is a tier's daily batch line allowance
+	// (batches.Options.LinesPerDay); nil: none is checked.
+	BatchLinesPerDay func(tier string) (lines int64, limited bool)
+	// BatchPaceAfter times the batch runner's pauses for a key's tokens
+	// per minute (batches.Options.After); nil: time.After.
+	BatchPaceAfter func(time.Duration) <-chan time.Time
 	Logger         *slog.Logger
 }
 
@@ -69,7 +76,7 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 		return nil, err
 	}
 	if s.batches, err = batches.New(ctx, batches.Options{DataDir: opts.DataDir, Files: s.files, Gateway: opts.Gateway,
-		Logger: log.With("service", "batches")}); err != nil {
+		LinesPerDay: opts.BatchLinesPerDay, After: opts.BatchPaceAfter, Logger: log.With("service", "batches")}); err != nil {
 		return nil, err
 	}
 	var fileSearch responses.FileSearcher // a nil *vectorstores.Service must not become a non-nil interface

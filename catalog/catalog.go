@@ -58,11 +58,15 @@ const (
 	TokenHeader      = InternalHeaderPrefix + "internal-token"
 	OnBehalfOfHeader = InternalHeaderPrefix + "on-behalf-of"
 	OriginHeader     = InternalHeaderPrefix + "origin"
-	// Origins of a backend's call: a batch line (not admitted against, nor
-	// charged to, the per-minute limits) or the Responses service (admitted
-	// and charged like any chat completion).
+	// Origins of a backend's call: a batch line (outside the requests per
+	// minute, but paced by and charged to the tokens per minute) or the
+	// Responses service (admitted and charged like any chat completion).
 	OriginBatch     = "batch"
 	OriginResponses = "responses"
+	// PacedHeader is on a 429 the gateway gives a batch line because its
+	// key's tokens per minute are spent for now: the batch runner waits for
+	// retry-after and sends the line again, without counting an attempt.
+	PacedHeader = InternalHeaderPrefix + "paced"
 	// RuntimeName names the RTDS resource that carries the catalog.
 	RuntimeName = "switchyard.catalog"
 	// ExtProcCluster is the bootstrap cluster that reaches extproc over gRPC.

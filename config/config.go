@@ -230,6 +230,19 @@ type Tier struct {
 	// traffic is the cheapest to turn away and the likeliest to be abuse,
 	// and to allow for every other tier, whose customers pay to be served.
 	OnLimiterError string `yaml:"on_limiter_error" json:"on_limiter_error,omitempty"`
+	// BatchLinesPerDay bounds the request lines of the batches one key (its
+	// rotation chain) creates in any 24 hours, checked when a batch is
+	// created; -1 means no bound. Unset (0), the built-in tiers get
+	// DefaultFreeBatchLines and DefaultStandardBatchLines, and any other
+	// tier a day of its RPM (RPM × 1440), or no bound if its RPM is set per
+	// key (enterprise). Running lines draw from the key's TPM as well.
+	BatchLinesPerDay int64 `yaml:"batch_lines_per_day" json:"batch_lines_per_day,omitempty"`
+}
+
+// BatchLineAllowance is the tier's daily batch line allowance (defaults
+// applied), and whether it has one.
+func (t Tier) BatchLineAllowance() (lines int64, limited bool) {
+	return t.BatchLinesPerDay, t.BatchLinesPerDay >= 0
 }
 
 // Tier.OnLimiterError values.
@@ -251,6 +264,9 @@ const (
 	DefaultBaseEjectionTime      = 10 * time.Second
 	DefaultLatencyTolerance      = 0.25
 	DefaultCacheMinTokens        = 1024
+	// Daily batch line allowances of the built-in tiers (docs/operations.md).
+	DefaultFreeBatchLines     = 2_000
+	DefaultStandardBatchLines = 50_000
 )
 
 // Known enumerations.
@@ -398,8 +414,20 @@ func (c *Config) applyDefaults() {
 			if name == "free" {
 				t.OnLimiterError = LimiterDeny
 			}
-			c.Tiers[name] = t
 		}
+		if t.BatchLinesPerDay == 0 {
+			switch {
+			case name == "free":
+				t.BatchLinesPerDay = DefaultFreeBatchLines
+			case name == "standard":
+				t.BatchLinesPerDay = DefaultStandardBatchLines
+			case t.RPM > 0:
+				t.BatchLinesPerDay = int64(t.RPM) * 24 * 60
+			default:
+				t.BatchLinesPerDay = -1
+			}
+		}
+		c.Tiers[name] = t
 	}
 }
 
@@ -657,6 +685,9 @@ func (v *validator) check(c *Config) {
 		}
 		if t.RPM < 0 || t.TPM < 0 {
 			v.fail("limits must not be negative", "tiers", name)
+		}
+		if t.BatchLinesPerDay < -1 {
+			v.fail("must be a number of lines, or -1 for no bound", "tiers", name, "batch_lines_per_day")
 		}
 		if t.OnLimiterError != LimiterDeny && t.OnLimiterError != LimiterAllow {
 			v.fail(fmt.Sprintf("must be %q or %q", LimiterDeny, LimiterAllow), "tiers", name, "on_limiter_error")

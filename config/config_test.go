@@ -63,6 +63,7 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"forwarded credential", [2]string{"kind: openai", "kind: openai\n    forward_headers: [openai-beta, cookie]"}, []string{"providers[0].forward_headers[1]", "never forwarded"}},
 		{"forwarded internal header", [2]string{"kind: openai", "kind: openai\n    forward_headers: [x-switchyard-model]"}, []string{"providers[0].forward_headers[0]", "never forwarded"}},
 		{"forwarded header name", [2]string{"kind: openai", "kind: openai\n    forward_headers: [\"X Beta\"]"}, []string{"providers[0].forward_headers[0]", "header name"}},
+		{"bad batch allowance", [2]string{"models:", "tiers: {gold: {rpm: 5, tpm: 5, batch_lines_per_day: -2}}\nmodels:"}, []string{"tiers", "gold", "batch_lines_per_day"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
 	}
 	for _, tt := range tests {
@@ -184,5 +185,28 @@ func TestStreamTimeouts(t *testing.T) {
 				t.Errorf("model %v/%v, limits %v/%v", m.FirstByteTimeout, m.IdleTimeout, c.Limits.FirstByteTimeout, c.Limits.ModelIdleTimeout)
 			}
 		})
+	}
+}
+
+func TestBatchLineAllowanceDefaults(t *testing.T) {
+	src := strings.Replace(good, "models:", `tiers:
+  gold: {rpm: 100, tpm: 1000}
+  perkey: {}
+  capped: {batch_lines_per_day: 7}
+  open: {rpm: 100, tpm: 1000, batch_lines_per_day: -1}
+models:`, 1)
+	c, err := Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tier, want := range map[string]int64{"free": DefaultFreeBatchLines, "standard": DefaultStandardBatchLines,
+		"enterprise": -1, "gold": 100 * 1440, "perkey": -1, "capped": 7, "open": -1} {
+		got := c.Tiers[tier].BatchLinesPerDay
+		if got != want {
+			t.Errorf("%s: batch_lines_per_day = %d, want %d", tier, got, want)
+		}
+		if n, limited := c.Tiers[tier].BatchLineAllowance(); limited != (want >= 0) || (limited && n != want) {
+			t.Errorf("%s: BatchLineAllowance = %d, %v", tier, n, limited)
+		}
 	}
 }

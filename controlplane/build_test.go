@@ -306,7 +306,7 @@ func TestBuildDefault(t *testing.T) {
 	}
 	perRoute := unpack[*ratelimitv3.RateLimitPerRoute](t, model.GetTypedPerFilterConfig()[FilterRateLimit])
 	if len(perRoute.GetRateLimits()) != 1 || !perRoute.GetRateLimits()[0].GetApplyOnStreamDone() ||
-		perRoute.GetRateLimits()[0].GetHitsAddend().GetFormat() != "%DYNAMIC_METADATA(switchyard:total_tokens)%" {
+		perRoute.GetRateLimits()[0].GetHitsAddend().GetFormat() != "%DYNAMIC_METADATA(switchyard:charge_tokens)%" {
 		t.Errorf("model route rate limits = %v", perRoute)
 	}
 	nf := byName(NotFoundRouteName)

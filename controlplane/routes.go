@@ -196,7 +196,8 @@ func RetryPolicy(m config.Model) *routev3.RetryPolicy {
 // TokenUsageRateLimit charges a model request's tokens to the key's
 // tokens-per-minute descriptor when the stream ends
 // (docs/ratelimit-design.md): usage=tokens, tier, key_id, hits from the
-// total_tokens extproc writes at the end of the response, and the key's own
+// charge_tokens extproc writes at the end of the response (total_tokens
+// less what admission reserved), and the key's own
 // limit when extproc sets tpm_limit (enterprise keys).
 func TokenUsageRateLimit() *routev3.RateLimit {
 	md := func(descriptor, key string) *routev3.RateLimit_Action {
@@ -218,7 +219,7 @@ func TokenUsageRateLimit() *routev3.RateLimit {
 			md("key_id", "key_id"),
 		},
 		HitsAddend: &routev3.RateLimit_HitsAddend{
-			Format: "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":total_tokens)%",
+			Format: "%DYNAMIC_METADATA(" + catalog.MetadataNamespace + ":charge_tokens)%",
 		},
 		Limit: &routev3.RateLimit_Override{OverrideSpecifier: &routev3.RateLimit_Override_DynamicMetadata_{
 			DynamicMetadata: &routev3.RateLimit_Override_DynamicMetadata{MetadataKey: metadataKey("tpm_limit")},

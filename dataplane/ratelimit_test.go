@@ -94,7 +94,7 @@ func withRateLimitFilter(t *testing.T, res Resources) Resources {
 
 // metadataScript routes to the model and publishes the metadata extproc
 // does: key_id and tier on the request, tpm_limit for custom keys, and
-// total_tokens when the response is known.
+// charge_tokens when the response is known.
 func metadataScript(tpmLimit *structpb.Value, totalTokens *structpb.Value) procScript {
 	md := func(fields map[string]*structpb.Value) *structpb.Struct {
 		return &structpb.Struct{Fields: map[string]*structpb.Value{
@@ -115,7 +115,7 @@ func metadataScript(tpmLimit *structpb.Value, totalTokens *structpb.Value) procS
 			return r, nil
 		case req.GetResponseHeaders() != nil && totalTokens != nil:
 			r := reply(req, &extprocv3.CommonResponse{})
-			r.DynamicMetadata = md(map[string]*structpb.Value{"total_tokens": totalTokens})
+			r.DynamicMetadata = md(map[string]*structpb.Value{"charge_tokens": totalTokens})
 			return r, nil
 		}
 		return continueAll(req)

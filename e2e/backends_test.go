@@ -220,7 +220,8 @@ func TestBatchThroughTheGateway(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	ctx := context.Background()
 	// A free key (10 requests a minute) runs a 40-line batch: batch lines
-	// are outside the per-minute limits.
+	// are outside the requests per minute (they draw from its tokens per
+	// minute, which 40 short lines do not exhaust).
 	free := s.client(option.WithAPIKey(s.otherKey(t, "free")))
 
 	var in strings.Builder

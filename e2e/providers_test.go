@@ -70,7 +70,9 @@ models:
     providers: [{provider: openai, upstream_model: text-embedding-fixed}]
 `
 
-func newVendorStack(t *testing.T) *vendorStack {
+// newVendorStack starts the stack; wrap, if given, wraps every fake's
+// handler.
+func newVendorStack(t *testing.T, wrap ...func(http.Handler) http.Handler) *vendorStack {
 	t.Helper()
 	vs := &vendorStack{fakes: map[string]*recorder{}, creds: map[string]string{}, hosts: map[string]string{}}
 	var providers strings.Builder
@@ -85,6 +87,9 @@ func newVendorStack(t *testing.T) *vendorStack {
 		h, err := fake.Handler(p.kind, opts)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, w := range wrap {
+			h = w(h)
 		}
 		rec := &recorder{next: h}
 		up := httptest.NewServer(rec)

@@ -44,6 +44,8 @@ type stackOptions struct {
 	extraYAML string
 	// gateway, if not nil, adjusts the gateway's options.
 	gateway func(*gateway.Options)
+	// wrapUpstream, if not nil, wraps the fake upstream's handler.
+	wrapUpstream func(http.Handler) http.Handler
 }
 
 // newStack starts a gateway whose only provider is a fake OpenAI upstream that
@@ -53,6 +55,9 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	providerKey := "prov-" + strings.Repeat("z", 20) + fmt.Sprint(time.Now().UnixNano())
 	t.Setenv(providerKeyEnv, providerKey)
 	rec := &recorder{next: fake.NewOpenAI(fake.Options{APIKey: providerKey, ServiceTime: o.serviceTime})}
+	if o.wrapUpstream != nil {
+		rec.next = o.wrapUpstream(rec.next)
+	}
 	up := httptest.NewServer(rec)
 	t.Cleanup(up.Close)
 

@@ -65,7 +65,7 @@ func TestInternalCalls(t *testing.T) {
 		}
 	}
 
-	t.Run("batch lines are outside the per-minute limits and not charged", func(t *testing.T) {
+	t.Run("batch lines are outside the requests per minute and charged to the tokens", func(t *testing.T) {
 		for range 3 {
 			e := h.open(t)
 			if r := e.do(reqHeaders(false, internalHeaders(chatPath, internalTestToken, "key_free", catalog.OriginBatch)...)); r.GetImmediateResponse() != nil {
@@ -76,8 +76,8 @@ func TestInternalCalls(t *testing.T) {
 				t.Fatalf("batch line refused: %v", resp)
 			}
 			md := metaFields(t, resp)
-			if _, ok := md["key_id"]; ok {
-				t.Errorf("batch metadata has key_id (the stream-end charge reads it): %v", md)
+			if md["key_id"] != "key_free" {
+				t.Errorf("batch metadata lacks key_id (the stream-end charge reads it): %v", md)
 			}
 			if md["owner"] != "key_free" || md["origin"] != catalog.OriginBatch || md["model"] != "local/llama" {
 				t.Errorf("batch metadata = %v", md)

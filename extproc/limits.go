@@ -54,6 +54,11 @@ type limiter struct {
 	metrics *ratelimit.Metrics
 	tiers   atomic.Pointer[map[string]config.Tier]
 	errLog  throttle
+	// batchLocks serialise the check and the reservation of batch lines of
+	// one key (striped by its limit id), so lines racing for the last
+	// tokens of a window cannot each pass the check and then all be
+	// counted (admitBatchLine).
+	batchLocks [64]sync.Mutex
 }
 
 // setTiers is called with every catalog extproc accepts.
@@ -63,26 +68,43 @@ func (l *limiter) setTiers(t map[string]config.Tier) { l.tiers.Store(&t) }
 type limitState struct {
 	// headers are the x-ratelimit-* headers for the response.
 	headers []*corev3.HeaderValueOption
-	// usagePublished: the stream's usage went out as dynamic metadata
-	// before its end (publishUsageEarly).
+	// usagePublished: the usage went out as dynamic metadata, for the data
+	// plane's stream-end charge (publishUsageEarly, or the body's end).
 	usagePublished bool
+	// metered: the limiter admitted the request, so its tokens are owed
+	// to the key's TPM; lim and estimate are the key's limits and the
+	// prompt estimate admission compared with its remaining tokens.
+	metered  bool
+	lim      ratelimit.Limits
+	estimate int64
+	// reserved is what admission charged already (a batch line's
+	// estimate); the charges at the end add the rest.
+	reserved int64
 }
 
 // admit charges the request to its key's requests-per-minute limit and
 // checks that the key's remaining tokens cover the request's prompt
 // estimate (estimateFn, called only when there is a limiter:
-// estimatePromptTokens or the embeddings' estimate), in one ShouldRateLimit call with the two descriptors of the shared scheme
-// (docs/ratelimit-design.md): requests with hits_addend 1, tokens with
-// hits_addend 0 (check only). The tokens themselves are charged when the
-// response ends, by the data plane's ratelimit filter, from the
-// total_tokens this server publishes. It returns the reply that refuses
-// the request, or nil to go on; either way the headers for the client are
-// kept for the response.
+// estimatePromptTokens or the embeddings' estimate), with the two
+// descriptors of the shared scheme (docs/ratelimit-design.md). The tokens
+// themselves are charged when the response ends, by the data plane's
+// ratelimit filter, from the total_tokens this server publishes (or by
+// chargeUnreported). It returns the reply that refuses the request, or nil
+// to go on; either way the headers for the client are kept for the
+// response.
+//
+// It takes two limiter calls. The first only reads both counters
+// (hits_addend 0): a key already over its RPM, or whose remaining tokens
+// do not cover the estimate, is refused without touching either. Only then
+// does the second count the request (requests hits_addend 1), whose
+// increment-then-compare decides RPM exactly however many requests race.
+// One call counting the request while checking the tokens would spend a
+// request slot on every request refused for tokens, as the RLS API has no
+// conditional increment (and the fleet's stock ratelimit service none
+// either).
 func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3.ProcessingResponse {
 	l := &st.srv.limits
-	// Batch lines run outside the per-minute limits: batches have their own
-	// (docs/backends-design.md).
-	if l.rls == nil || st.origin == catalog.OriginBatch {
+	if l.rls == nil {
 		return nil
 	}
 	var tiers map[string]config.Tier
@@ -95,27 +117,27 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 		return immediate(errNoLimits)
 	}
 	estimate := estimateFn()
+	if st.origin == catalog.OriginBatch {
+		return st.admitBatchLine(ctx, tiers[st.key.Tier], lim, estimate)
+	}
 	id := st.key.LimitID()
-	rreq := &rlsv3.RateLimitRequest{
-		Domain: ratelimit.Domain,
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{
-			ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 1),
-			ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0),
-		},
-	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	resp, err := l.rls.ShouldRateLimit(cctx, rreq)
-	cancel()
-	if err == nil {
-		err = checkAnswer(resp, len(rreq.Descriptors))
-	}
+	check, err := l.call(ctx,
+		ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 0),
+		ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0))
 	if err != nil {
 		return st.limiterFailed(ctx, err, tiers[st.key.Tier], lim)
 	}
-	rq, tk := resp.GetStatuses()[0], resp.GetStatuses()[1]
+	rq, tk := check[0], check[1]
 	tokensLeft := int64(tk.GetLimitRemaining())
 	if tk.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		tokensLeft = 0
+	}
+	if rq.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT && tokensLeft >= estimate {
+		counted, err := l.call(ctx, ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 1))
+		if err != nil {
+			return st.limiterFailed(ctx, err, tiers[st.key.Tier], lim)
+		}
+		rq = counted[0]
 	}
 	requestsLeft := int64(rq.GetLimitRemaining())
 	switch {
@@ -133,7 +155,128 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 	// An admitted request's estimate is shown as spent already, as OpenAI
 	// does, though it is only charged (at its real size) when it ends.
 	st.limits.headers = rateLimitHeaders(rq, tk, requestsLeft, tokensLeft-estimate)
+	st.limits.metered, st.limits.lim, st.limits.estimate = true, lim, estimate
 	return nil
+}
+
+// admitBatchLine admits a batch line. Batch lines are outside the
+// requests per minute (a batch has its own allowance of lines a day,
+// checked when it is created) but draw from the key's tokens per minute,
+// so a running batch cannot spend more than the key's TPM: the line's
+// prompt estimate is reserved on the tokens counter at admission (the rest
+// of its usage is charged when it ends: charge_tokens), and a line whose
+// estimate the remaining tokens do not cover is refused with 429 tokens and
+// PacedHeader. The batch runner then waits for the window to reset
+// (retry-after) and sends it again: lines wait, they do not fail. A line
+// larger than the whole TPM could never be admitted, so its 429 is not
+// marked paced and the runner's retries end it.
+//
+// The check (hits 0) and the reservation are made under a per-key lock:
+// without it, lines waking together at a window's start would all pass the
+// check, and those the reservation then refused would still be counted,
+// using up the window for nothing. (A client request of the key charged
+// between the two calls can still make the reservation fail; that line
+// waits for the next window.)
+func (st *stream) admitBatchLine(ctx context.Context, tier config.Tier, lim ratelimit.Limits, estimate int64) *extprocv3.ProcessingResponse {
+	l := &st.srv.limits
+	id := st.key.LimitID()
+	mu := &l.batchLocks[stripe(id, len(l.batchLocks))]
+	mu.Lock()
+	defer mu.Unlock()
+	check, err := l.call(ctx, ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0))
+	if err != nil {
+		return st.limiterFailed(ctx, err, tier, lim)
+	}
+	tk := check[0]
+	tokensLeft := int64(tk.GetLimitRemaining())
+	if tk.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		tokensLeft = 0
+	}
+	if tokensLeft >= estimate {
+		reserved, err := l.call(ctx, ratelimit.TokensDescriptor(st.key.Tier, id, lim, uint64(estimate)))
+		if err != nil {
+			return st.limiterFailed(ctx, err, tier, lim)
+		}
+		if tk = reserved[0]; tk.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			st.limits.metered, st.limits.lim, st.limits.estimate, st.limits.reserved = true, lim, estimate, estimate
+			return nil
+		}
+		tokensLeft = 0
+	}
+	l.metrics.Limited.Inc(apierror.TypeTokens, st.key.Tier)
+	limit := int64(tk.GetCurrentLimit().GetRequestsPerUnit())
+	st.limits.headers = nil
+	if estimate <= limit {
+		st.limits.headers = []*corev3.HeaderValueOption{setHeader(catalog.PacedHeader, apierror.TypeTokens)}
+	}
+	return st.tooMany(apierror.TypeTokens, "tokens per minute (TPM)", limit, limit-tokensLeft, estimate, tk)
+}
+
+// stripe picks one of n locks for s (FNV-1a).
+func stripe(s string, n int) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint32(s[i])) * 16777619
+	}
+	return int(h % uint32(n))
+}
+
+// call makes one admission call to the limiter, bounded by its timeout,
+// and returns the statuses of ds once checkAnswer accepts them.
+func (l *limiter) call(ctx context.Context, ds ...*ratelimitv3.RateLimitDescriptor) ([]*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	resp, err := l.rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: ratelimit.Domain, Descriptors: ds})
+	if err == nil {
+		err = checkAnswer(resp, len(ds))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetStatuses(), nil
+}
+
+// chargeUnreported charges the key's tokens per minute for a request that
+// ended without its usage reaching the data plane's stream-end charge: the
+// client hung up or the upstream reset before the usage event (or before
+// the response began), so the data plane found no total_tokens to charge.
+// Without it a client could spend unbounded prompt tokens by abandoning
+// every stream. The charge is the usage if it was seen, otherwise the
+// prompt estimate plus the completion relayed so far (its text bytes at
+// the same four bytes per token). An upstream error answer (4xx, 5xx)
+// generated nothing and is not charged. It runs once, when the ext_proc
+// stream ends (finish).
+func (st *stream) chargeUnreported(ctx context.Context) {
+	lm := &st.limits
+	if !lm.metered || lm.usagePublished || !st.routed || (st.status >= 300 && !st.haveUsage) {
+		return
+	}
+	if !st.haveUsage {
+		completion := (st.sse.generated + bytesPerToken - 1) / bytesPerToken
+		st.setUsage(Usage{PromptTokens: lm.estimate, CompletionTokens: completion})
+	}
+	hits := st.usage.TotalTokens - lm.reserved
+	if hits <= 0 {
+		return
+	}
+	l := &st.srv.limits
+	// The client may be gone; the tokens were spent all the same.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.timeout)
+	defer cancel()
+	_, err := l.rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{
+		Domain:      ratelimit.Domain,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{ratelimit.TokensDescriptor(st.key.Tier, st.key.LimitID(), lm.lim, uint64(hits))},
+	})
+	if err != nil {
+		l.metrics.ChargeErrors.Inc("extproc")
+		if n, ok := l.errLog.allow(); ok {
+			st.srv.log.Warn("extproc: charging an unfinished response failed; usage not charged", "request_id", st.requestID,
+				"key_id", st.key.ID, "tokens", hits, "error", err, "suppressed_since_last", n)
+		}
+		return
+	}
+	st.srv.log.Debug("extproc: unfinished response charged", "request_id", st.requestID, "key_id", st.key.ID,
+		"status", st.status, "tokens", hits)
 }
 
 // checkAnswer rejects an answer that does not decide both descriptors: a
@@ -253,7 +396,7 @@ func (st *stream) publishUsageEarly(resp *extprocv3.ProcessingResponse, out []by
 		cr = &extprocv3.CommonResponse{BodyMutation: bodyMutation(out)}
 	}
 	r := responseBodyReply(cr) // not the reused replies: this one carries metadata
-	r.DynamicMetadata = usageMetadata(st.usage)
+	r.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
 	return r
 }
 

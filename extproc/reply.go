@@ -121,12 +121,17 @@ func metadata(fields map[string]*structpb.Value) *structpb.Struct {
 	}}
 }
 
-func usageMetadata(u Usage) *structpb.Struct {
+// usageMetadata is the usage for the access log and the stream-end charge:
+// charge_tokens is what the data plane's ratelimit filter adds to the key's
+// tokens per minute, the total less what admission reserved already (a
+// batch line's estimate, admitBatchLine).
+func usageMetadata(u Usage, reserved int64) *structpb.Struct {
 	return metadata(map[string]*structpb.Value{
 		"prompt_tokens":     structpb.NewNumberValue(float64(u.PromptTokens)),
 		"completion_tokens": structpb.NewNumberValue(float64(u.CompletionTokens)),
 		"total_tokens":      structpb.NewNumberValue(float64(u.TotalTokens)),
 		"cached_tokens":     structpb.NewNumberValue(float64(u.CachedTokens)),
+		"charge_tokens":     structpb.NewNumberValue(float64(max(u.TotalTokens-reserved, 0))),
 	})
 }
 

@@ -195,9 +195,11 @@ type keyMeta struct {
 	limitID, tierName string
 	tpm               int64
 	keyID, tier       *structpb.Value
-	// idField names keyID in the metadata: "key_id", or "owner" for batch
-	// lines; origin is set for backends' calls.
+	// idField names keyID in the metadata ("key_id"); owner: it is also
+	// named "owner" (batch lines, for the access log); origin is set for
+	// backends' calls.
 	idField string
+	owner   bool
 	origin  *structpb.Value
 	// headers is the request headers reply's metadata.
 	headers *structpb.Struct
@@ -214,9 +216,10 @@ const (
 )
 
 // keyMetaOf returns k's metadata for requests of origin ("" for clients).
-// A batch line's metadata names the key as owner rather than key_id: the
-// stream-end token charge reads key_id, and batch lines are not charged to
-// the per-minute limits (docs/backends-design.md).
+// A batch line's metadata names the key as owner as well as key_id: batch
+// lines are outside the requests per minute but draw from, and are charged
+// to, the key's tokens per minute (the stream-end charge reads key_id), so
+// a running batch is paced by it (docs/operations.md).
 func (s *Server) keyMetaOf(k *keys.Key, origin string) *keyMeta {
 	limitID := k.LimitID()
 	cache := &s.keyMeta[originSlot(origin)]
@@ -227,10 +230,11 @@ func (s *Server) keyMetaOf(k *keys.Key, origin string) *keyMeta {
 	}
 	m := &keyMeta{limitID: limitID, tierName: k.Tier, tpm: k.TPM, idField: "key_id",
 		keyID: structpb.NewStringValue(limitID), tier: structpb.NewStringValue(k.Tier)}
-	if origin == catalog.OriginBatch {
-		m.idField = "owner"
-	}
 	fields := map[string]*structpb.Value{m.idField: m.keyID, "tier": m.tier}
+	if origin == catalog.OriginBatch {
+		m.owner = true
+		fields["owner"] = m.keyID
+	}
 	if origin != "" {
 		m.origin = structpb.NewStringValue(origin)
 		fields["origin"] = m.origin
@@ -269,6 +273,9 @@ func (st *stream) routeMetadata(mr *modelRoute, t *target) *structpb.Struct {
 		return v.(*structpb.Struct)
 	}
 	fields := map[string]*structpb.Value{km.idField: km.keyID, "tier": km.tier, "model": mr.metaID, "provider": t.provider.metaName}
+	if km.owner {
+		fields["owner"] = km.keyID
+	}
 	if km.origin != nil {
 		fields["origin"] = km.origin
 	}

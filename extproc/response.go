@@ -112,7 +112,8 @@ func (st *stream) jsonBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 	}
 	st.recordUsage(ctx)
 	resp := responseBodyReply(cr)
-	resp.DynamicMetadata = usageMetadata(st.usage)
+	resp.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
+	st.limits.usagePublished = true
 	return resp
 }
 
@@ -182,7 +183,8 @@ func (st *stream) sseChunk(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 		cr = &extprocv3.CommonResponse{BodyMutation: bodyMutation(out)}
 	}
 	last := responseBodyReply(cr)
-	last.DynamicMetadata = usageMetadata(st.usage)
+	last.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
+	st.limits.usagePublished = true
 	return last
 }
 

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/tidwall/gjson"
 )
@@ -34,6 +35,10 @@ type sseFilter struct {
 	usage Usage
 	seen  bool // usage has been captured
 	off   bool // gave up on the stream: everything passes through
+	// generated is the bytes of generated text in the events seen
+	// (generatedBytes): what a stream that ends before its usage event
+	// is charged for besides its prompt (stream.chargeUnreported).
+	generated int64
 }
 
 // chunk processes one chunk of the stream. It returns the bytes to forward
@@ -118,6 +123,7 @@ func (f *sseFilter) chunk(data []byte, eos bool) (out []byte, replace bool) {
 // choices. An event that also carries choices is kept whole, as its content
 // matters more than hiding a usage field.
 func (f *sseFilter) event(ev []byte) (cut bool) {
+	f.generated += generatedBytes(bytesString(ev))
 	// Cheap test first: in JSON text `"usage"` can only be a key (inside
 	// a string its quotes would be escaped).
 	if !bytes.Contains(ev, usageKey) {
@@ -184,4 +190,43 @@ func modelValue(ev []byte) (start, end int) {
 func emptyArray(raw string) bool {
 	i := skipSpace(raw, 1)
 	return i < len(raw) && raw[i] == ']'
+}
+
+// generatedBytes sums the lengths of the generated text in one chat
+// completion chunk event: the string values of content, refusal,
+// reasoning_content and (tool call) arguments, as raw JSON bytes (escapes
+// slightly overcount, as in estimatePromptTokens). It only finds strings
+// and the colon after a key, so it neither parses nor allocates; a
+// malformed event counts what was found before the damage.
+func generatedBytes(ev string) int64 {
+	var n int64
+	for i := 0; ; {
+		q := strings.IndexByte(ev[i:], '"')
+		if q < 0 {
+			return n
+		}
+		k := i + q
+		end := scanString(ev, k)
+		if end < 0 {
+			return n
+		}
+		key := ev[k+1 : end-1]
+		i = end
+		j := skipSpace(ev, end)
+		if j >= len(ev) || ev[j] != ':' {
+			continue // a value, not a key
+		}
+		if j = skipSpace(ev, j+1); j >= len(ev) || ev[j] != '"' {
+			continue
+		}
+		vend := scanString(ev, j)
+		if vend < 0 {
+			return n
+		}
+		switch key {
+		case "content", "refusal", "reasoning_content", "arguments":
+			n += int64(vend - j - 2)
+		}
+		i = vend
+	}
 }

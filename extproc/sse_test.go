@@ -90,3 +90,25 @@ func TestSSEFilterGivesUpOnEndlessEvent(t *testing.T) {
 		t.Errorf("filter still buffering: off=%v carry=%d", f.off, len(f.carry))
 	}
 }
+
+func TestGeneratedBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name, ev string
+		want     int64
+	}{
+		{"content", `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`, 5},
+		{"escaped", `data: {"choices":[{"delta":{"content":"a\"b"}}]}`, 4},
+		{"tool arguments", `data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{\"x\":1}"}}]}}]}`, 9},
+		{"reasoning and refusal", `data: {"choices":[{"delta":{"reasoning_content":"hmm","refusal":"no"}}]}`, 5},
+		{"value named content is not a key", `data: {"choices":[{"delta":{"role":"content"}}]}`, 0},
+		{"null content", `data: {"choices":[{"delta":{"content":null}}],"usage":null}`, 0},
+		{"done", `data: [DONE]`, 0},
+		{"truncated", `data: {"choices":[{"delta":{"content":"abc`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := generatedBytes(tc.ev); got != tc.want {
+				t.Errorf("generatedBytes = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -157,5 +157,6 @@ func (st *stream) finish(ctx context.Context) {
 	if st.kind == respSSE && !st.haveUsage && st.sse.seen {
 		st.setUsage(st.sse.usage)
 	}
+	st.chargeUnreported(ctx)
 	st.recordUsage(ctx)
 }

@@ -45,8 +45,14 @@ type BackendsOptions struct {
 	// Token is the internal token; required.
 	Token string
 	// Tools configures the Responses API's built-in tools.
-	Tools  config.Tools
-	Logger *slog.Logger
+	Tools config.Tools
+	// Tiers give each caller's tier its daily batch line allowance
+	// (config.Tier.BatchLinesPerDay). A tier not in it has none: its
+	// batches are refused. Nil: no allowance is checked.
+	Tiers map[string]config.Tier
+	// BatchPaceAfter: see Options.BatchPaceAfter.
+	BatchPaceAfter func(time.Duration) <-chan time.Time
+	Logger         *slog.Logger
 }
 
 // StartBackends serves the backends until the Component is closed.
@@ -79,7 +85,16 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		}
 		gw.HTTP.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	bo := backends.Options{DataDir: opts.DataDir, Token: opts.Token, Gateway: gw, Logger: log}
+	bo := backends.Options{DataDir: opts.DataDir, Token: opts.Token, Gateway: gw, Logger: log, BatchPaceAfter: opts.BatchPaceAfter}
+	if tiers := opts.Tiers; tiers != nil {
+		bo.BatchLinesPerDay = func(tier string) (int64, bool) {
+			t, ok := tiers[tier]
+			if !ok {
+				return 0, true
+			}
+			return t.BatchLineAllowance()
+		}
+	}
 	if ws := opts.Tools.WebSearch; ws != nil {
 		// Brave is the one kind config accepts.
 		bo.Search = responses.NewBrave(ws.BaseURL, os.Getenv(ws.APIKeyEnv))

@@ -77,6 +77,10 @@ type Options struct {
 	// RateLimitClock is the embedded rate limit service's clock (tests fix
 	// it so no run straddles a window boundary); nil: the system clock.
 	RateLimitClock ratelimit.Clock
+	// BatchPaceAfter times the batch runner's pauses while a key's tokens
+	// per minute are spent (default time.After); tests pass one that moves
+	// RateLimitClock instead of waiting.
+	BatchPaceAfter func(time.Duration) <-chan time.Time
 
 	// ConfigPath, when set, is the file Config was loaded from: the control
 	// plane reloads it whenever its content changes (polled every
@@ -333,7 +337,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	if backendsLis != nil {
 		bo := BackendsOptions{Listener: backendsLis, DataDir: opts.DataDir, GatewayURL: g.BaseURL(), Token: token,
-			Tools: cfg.Tools, Logger: log.With("component", "backends")}
+			Tools: cfg.Tools, Tiers: cfg.Tiers, BatchPaceAfter: opts.BatchPaceAfter, Logger: log.With("component", "backends")}
 		if t := g.listener.TLS; t != nil {
 			bo.GatewayCAFile = t.CertFile
 		}

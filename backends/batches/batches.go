@@ -122,7 +122,16 @@ type Options struct {
 	// (default 1 min).
 	RestartDelay time.Duration
 	// Now is the clock (default time.Now); tests move it to expire batches.
-	Now    func() time.Time
+	Now func() time.Time
+	// LinesPerDay is a tier's daily batch line allowance: the most request
+	// lines the batches an owner creates in any 24 hours may hold, and
+	// whether there is one (config.Tier.BatchLineAllowance). Nil: none is
+	// checked.
+	LinesPerDay func(tier string) (lines int64, limited bool)
+	// After times a run's pauses while its owner's tokens per minute are
+	// spent (default time.After); tests pass one that moves their rate
+	// limiter's clock instead of waiting.
+	After  func(time.Duration) <-chan time.Time
 	Logger *slog.Logger
 }
 
@@ -164,6 +173,9 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -56,7 +57,7 @@ func (s *Service) Handler() http.Handler {
 		case rest == "" || rest == "/":
 			switch r.Method {
 			case http.MethodPost:
-				s.create(w, r, c.Owner)
+				s.create(w, r, c)
 			case http.MethodGet, http.MethodHead:
 				s.list(w, r, c.Owner)
 			default:
@@ -144,7 +145,8 @@ func stringParam(raw json.RawMessage, name string) (string, *apierror.Error) {
 	return v, nil
 }
 
-func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
+func (s *Service) create(w http.ResponseWriter, r *http.Request, c caller.Caller) {
+	owner := c.Owner
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCreateBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -165,10 +167,33 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 		aerr.Write(w)
 		return
 	}
-	if err := s.store.insert(r.Context(), b, MaxActive); err != nil {
+	al := s.allowanceFor(c)
+	if al != nil {
+		n, over, err := s.countLines(r.Context(), owner, b.InputFileID, al.linesPerDay)
+		switch {
+		case errors.Is(err, files.ErrNotFound):
+			(&apierror.Error{Status: http.StatusNotFound, Code: "not_found", Param: "input_file_id",
+				Message: fmt.Sprintf("No such File object: %s", clipID(b.InputFileID))}).Write(w)
+			return
+		case err != nil:
+			s.serverError(w, "create: counting the input's lines", err)
+			return
+		case over:
+			overAllowance(c.Tier, al.linesPerDay).Write(w)
+			return
+		}
+		b.Lines = n
+	}
+	if err := s.store.insert(r.Context(), b, MaxActive, al); err != nil {
 		if errors.Is(err, errLimit) {
 			(&apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeRequests, Code: "batch_limit_exceeded",
 				Message: fmt.Sprintf("You have %d batches that have not finished; wait for one to finish or cancel one before creating another.", MaxActive)}).Write(w)
+			return
+		}
+		if errors.Is(err, errAllowance) {
+			s.log.Info("batch refused: daily line allowance reached", "owner", owner, "tier", c.Tier,
+				"limit", al.linesPerDay, "used", al.used, "requested", b.Lines)
+			allowanceReached(c.Tier, al, b.Lines, time.Unix(b.CreatedAt, 0)).Write(w)
 			return
 		}
 		s.serverError(w, "create", err)

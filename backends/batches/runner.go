@@ -338,6 +338,8 @@ type run struct {
 	haltOnce sync.Once
 	why      int
 	writeErr error
+	// pace holds lines back while the owner's tokens per minute are spent.
+	pace *pacer
 }
 
 func (r *run) stop(why int) {
@@ -375,6 +377,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
 	}
 
 	r := &run{s: s, b: b, sp: sp, c: st.counts, slots: make(chan struct{}, s.opts.Concurrency), halt: make(chan struct{})}
+	r.pace = &pacer{after: s.opts.After, halt: r.halt}
 	r.c.Total = b.Counts.Total
 	tickDone := make(chan struct{})
 	tickStopped := make(chan struct{})
@@ -402,6 +405,10 @@ func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
 			r.stop(haltExpired)
 		}
 		body := gjson.GetBytes(line, "body").Raw
+		// While the owner's tokens are spent, no line starts.
+		if !r.pace.wait(ctx) {
+			break
+		}
 		// The line in flight holds its custom_id as well as its body (the
 		// custom_id is not bounded but by the line's length).
 		units, ok := r.acquire(ctx, len(body)+len(cid.Raw))
@@ -639,13 +646,42 @@ func (r *run) record(sf *spoolFile, line []byte, usage *gjson.Result) error {
 // next Run sends it.
 func (r *run) send(ctx context.Context, l pending) {
 	defer r.wg.Done()
-	defer r.release(l)
+	holdsGlobal := true
+	defer func() {
+		r.s.bytes.release(l.units)
+		if holdsGlobal {
+			<-r.s.global
+		}
+		<-r.slots
+	}()
 	opts := &r.s.opts
-	for attempt := 0; ; attempt++ {
+	for attempt := 0; ; {
+		gen := r.pace.generation()
 		a, err := r.attempt(ctx, l)
 		if ctx.Err() != nil {
 			r.s.freeAnswer(&a)
 			return
+		}
+		if err == nil && a.paced {
+			// The owner's tokens per minute are spent until retry-after:
+			// the run pauses and the line is sent again then, without
+			// counting an attempt. Meanwhile it gives back its global
+			// slot, so paced batches do not hold up other owners'. If the
+			// run halts first, the line has no result, as one never
+			// started (an expiry gives it batch_expired).
+			d := a.retryAfter
+			if d <= 0 {
+				d = opts.RetryBackoff
+			}
+			r.s.freeAnswer(&a)
+			r.pace.pause(d, gen)
+			<-r.s.global
+			holdsGlobal = false
+			if !r.pace.wait(ctx) || !r.regainGlobal(ctx) {
+				return
+			}
+			holdsGlobal = true
+			continue
 		}
 		// An answer too large to record is the same answer next time, and
 		// each attempt is a model call the owner pays for: not retried.
@@ -656,6 +692,7 @@ func (r *run) send(ctx context.Context, l pending) {
 			// run halts meanwhile, it is the outcome recorded.
 			if r.backoff(ctx, attempt, a.retryAfter) {
 				r.s.freeAnswer(&a)
+				attempt++
 				continue
 			}
 		}
@@ -676,6 +713,19 @@ func (r *run) send(ctx context.Context, l pending) {
 		}
 		r.s.freeAnswer(&a)
 		return
+	}
+}
+
+// regainGlobal takes a global slot back after a pause; false if the run
+// halted or ctx ended first.
+func (r *run) regainGlobal(ctx context.Context) bool {
+	select {
+	case r.s.global <- struct{}{}:
+		return true
+	case <-r.halt:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -710,9 +760,12 @@ type answer struct {
 	status     int
 	reqID      string
 	retryAfter time.Duration
-	body       []byte
-	pooled     *[]byte // body's buffer, from bufPool
-	units      int     // of the answers budget
+	// paced: the gateway's 429 for a line that waits for its owner's
+	// tokens per minute (caller.PacedHeader).
+	paced  bool
+	body   []byte
+	pooled *[]byte // body's buffer, from bufPool
+	units  int     // of the answers budget
 }
 
 // freeAnswer gives back a's buffer and budget.
@@ -764,6 +817,7 @@ func (r *run) attempt(ctx context.Context, l pending) (a answer, err error) {
 		a.retryAfter = min(time.Duration(s)*time.Second, maxRetryAfter)
 	}
 	a.reqID = resp.Header.Get("x-request-id")
+	a.paced = a.status == http.StatusTooManyRequests && resp.Header.Get(caller.PacedHeader) != ""
 	return a, nil
 }
 

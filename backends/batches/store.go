@@ -60,6 +60,9 @@ type batch struct {
 	// OutputExpiresAfter is the retention of the output and error files in
 	// seconds, 0 for the default.
 	OutputExpiresAfter int64
+	// Lines is the input's request lines counted at create time (stored,
+	// not read back: only the allowance check sums it).
+	Lines int64
 }
 
 // batchError is one entry of a failed batch's errors.data.
@@ -79,6 +82,7 @@ type counts struct {
 var (
 	errNotFound  = errors.New("batches: not found")
 	errLimit     = errors.New("batches: too many active batches")
+	errAllowance = errors.New("batches: daily line allowance reached")
 	errBadCursor = errors.New("batches: unknown cursor")
 )
 
@@ -145,6 +149,10 @@ var migrations = []string{
 	) STRICT;
 	CREATE INDEX batches_owner ON batches (owner, seq);
 	CREATE INDEX batches_status ON batches (status);`,
+	// lines is the input's request lines counted at create time, what the
+	// batch draws from its owner's daily line allowance.
+	`ALTER TABLE batches ADD COLUMN lines INTEGER NOT NULL DEFAULT 0;
+	CREATE INDEX batches_owner_created ON batches (owner, created_at);`,
 }
 
 func (s *store) close() error { return s.db.Close() }
@@ -193,10 +201,28 @@ func nullJSON(v any, isNil bool) (sql.NullString, error) {
 	return sql.NullString{String: string(j), Valid: true}, nil
 }
 
+// allowance is an owner's daily batch line allowance, as insert checks it.
+type allowance struct {
+	// linesPerDay is the most lines the owner's batches created in any 24
+	// hours may hold; 0 or less: no allowance is checked.
+	linesPerDay int64
+	// used is filled in when insert refuses a batch: the lines counted in
+	// the window, and when enough of them leave it for the batch to fit.
+	used    int64
+	resetAt int64
+}
+
+// allowanceWindow is the rolling window of the daily line allowance.
+const allowanceWindow = 24 * 3600
+
 // insert stores a new batch unless its owner already has maxActive batches
-// not in a terminal state (errLimit). The count and the insert share one
-// IMMEDIATE transaction, so concurrent creates cannot both pass the check.
-func (s *store) insert(ctx context.Context, b batch, maxActive int) error {
+// not in a terminal state (errLimit), or the lines of the owner's batches
+// created in the last 24 hours and b's would exceed al.linesPerDay
+// (errAllowance, with al.used and al.resetAt set). Batches that failed
+// validation (they never ran) do not count. The checks and the insert
+// share one IMMEDIATE transaction, so concurrent creates cannot both pass
+// them.
+func (s *store) insert(ctx context.Context, b batch, maxActive int, al *allowance) error {
 	meta, err := nullJSON(b.Metadata, b.Metadata == nil)
 	if err != nil {
 		return fmt.Errorf("batches: insert: %w", err)
@@ -215,17 +241,62 @@ func (s *store) insert(ctx context.Context, b batch, maxActive int) error {
 	if n >= maxActive {
 		return errLimit
 	}
+	if al != nil && al.linesPerDay > 0 {
+		if err := checkAllowance(ctx, tx, b, al); err != nil {
+			return err
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO batches
-		(id, owner, endpoint, input_file_id, completion_window, status, metadata, output_expires_after, created_at, expires_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		(id, owner, endpoint, input_file_id, completion_window, status, metadata, output_expires_after, created_at, expires_at, lines)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		b.ID, b.Owner, b.Endpoint, b.InputFileID, b.CompletionWindow, b.Status, meta, b.OutputExpiresAfter,
-		b.CreatedAt, b.ExpiresAt); err != nil {
+		b.CreatedAt, b.ExpiresAt, b.Lines); err != nil {
 		return fmt.Errorf("batches: insert: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("batches: insert: %w", err)
 	}
 	return nil
+}
+
+// checkAllowance sums the lines of b.Owner's batches in the window ending
+// at b.CreatedAt and returns errAllowance if b's do not fit.
+func checkAllowance(ctx context.Context, tx *sql.Tx, b batch, al *allowance) error {
+	rows, err := tx.QueryContext(ctx, `SELECT created_at, lines FROM batches
+		WHERE owner = ? AND created_at > ? AND lines > 0 AND NOT (status = ? AND in_progress_at = 0)
+		ORDER BY created_at`, b.Owner, b.CreatedAt-allowanceWindow, statusFailed)
+	if err != nil {
+		return fmt.Errorf("batches: insert: %w", err)
+	}
+	defer rows.Close()
+	type entry struct{ at, lines int64 }
+	var window []entry
+	var used int64
+	for rows.Next() {
+		var e entry
+		if err := rows.Scan(&e.at, &e.lines); err != nil {
+			return fmt.Errorf("batches: insert: %w", err)
+		}
+		window = append(window, e)
+		used += e.lines
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("batches: insert: %w", err)
+	}
+	if used+b.Lines <= al.linesPerDay {
+		return nil
+	}
+	// The batch fits once the oldest batches leave the window.
+	al.used, al.resetAt = used, b.CreatedAt+allowanceWindow
+	left := used
+	for _, e := range window {
+		left -= e.lines
+		if left+b.Lines <= al.linesPerDay {
+			al.resetAt = e.at + allowanceWindow
+			break
+		}
+	}
+	return errAllowance
 }
 
 // get returns owner's batch id; another owner's is errNotFound.

@@ -26,6 +26,9 @@ const (
 
 	OriginBatch     = catalog.OriginBatch
 	OriginResponses = catalog.OriginResponses
+	// PacedHeader marks the gateway's 429 for a batch line that must wait
+	// for its key's tokens per minute.
+	PacedHeader = catalog.PacedHeader
 )
 
 // Caller is the authenticated client of a backend request.
