@@ -99,8 +99,8 @@ func newVendorStack(t *testing.T, wrap ...func(http.Handler) http.Handler) *vend
 		if p.kind == fake.KindOpenAI {
 			base += "/v1"
 		}
-		fmt.Fprintf(&providers, "  - {name: %s, kind: %s, base_url: %q, api_key_env: %s, forward_headers: [%s]}\n",
-			p.name, p.kind, base, p.env, fake.HeaderStatus)
+		fmt.Fprintf(&providers, "  - {name: %s, kind: %s, base_url: %q, api_key_env: %s, forward_headers: [%s, %s, %s]}\n",
+			p.name, p.kind, base, p.env, fake.HeaderStatus, fake.HeaderCutAfter, fake.HeaderStallAfter)
 	}
 	yaml := "listeners:\n  - {name: public, address: 127.0.0.1:18080}\n" + providers.String() + vendorModels
 	cfg, err := config.Parse("e2e-vendors.yaml", []byte(yaml))
