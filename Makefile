@@ -42,17 +42,17 @@ lint:
 	bin/staticcheck ./...
 
 # Packages with concurrency run under the race detector; the rest without it.
-RACE_PKGS := ./dataplane/... ./extproc/... ./ratelimit/... ./backends/... ./keys/... ./inprocgrpc/...
+RACE_PKGS := ./envoy/dataplane/... ./extproc/... ./ratelimit/... ./backends/... ./internal/keys/... ./internal/inprocgrpc/...
 
 # -count=1: never trust the test cache in CI; the contract tests read ../shared.
 test: build vet lint test-deps spec-check
-	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v -E '/(dataplane|extproc|ratelimit|backends|keys|inprocgrpc)(/|$$)')
+	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v -E '/(envoy/dataplane|extproc|ratelimit|backends|internal/keys|internal/inprocgrpc)(/|$$)')
 	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)
 
-# Benchmarks (bench/): latency Switchyard adds over a direct call, side by side with
+# Benchmarks (cmd/bench): latency Switchyard adds over a direct call, side by side with
 # nginx and the Portkey gateway; streaming; hot-path microbenchmarks; peak RSS. Writes
 # docs/benchmarks.md and docs/benchmarks-latency.svg. Installs nginx (apt) and the
-# Portkey gateway (npm, into bench/.cache) when missing. Not part of `make test`.
+# Portkey gateway (npm, into cmd/bench/.cache) when missing. Not part of `make test`.
 .PHONY: bench
 bench: build
-	$(GO) run ./bench -bin $(BIN) -go $(GO)
+	$(GO) run ./cmd/bench -bin $(BIN) -go $(GO)

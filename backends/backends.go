@@ -12,13 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/batches"
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
 	"github.com/switchyard-ai/switchyard/backends/vectorstores"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // Options configure the backends.

@@ -28,9 +28,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/switchyard-ai/switchyard/apierror"
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 var allTypes = []resourcev3.Type{

@@ -26,9 +26,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/switchyard-ai/switchyard/adsclient"
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/adsclient"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // twoRegions: a (us, priority 1), b (asia), c (us, priority 0); m1 served by

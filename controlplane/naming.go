@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // Aggregate cluster names (docs/routing-design.md): route_<model> is a

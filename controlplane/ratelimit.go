@@ -3,7 +3,7 @@ package controlplane
 import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 

@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // DefaultReloadInterval is how often WatchFile looks at the file.

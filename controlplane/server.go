@@ -29,8 +29,8 @@ import (
 	"google.golang.org/grpc"
 	"gopkg.in/yaml.v3"
 
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // Snapshots are per home region (docs/routing-design.md): a node gets the

@@ -16,7 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 // otherKey issues a second owner's key on the stack.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/switchyard-ai/switchyard/tokenizer"
+	"github.com/switchyard-ai/switchyard/internal/tokenizer"
 )
 
 // TestEmbeddings drives POST /v1/embeddings with the official SDK on an

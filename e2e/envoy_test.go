@@ -22,14 +22,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/switchyard-ai/switchyard/adsclient"
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/dataplane"
 	"github.com/switchyard-ai/switchyard/envoy"
-	"github.com/switchyard-ai/switchyard/gateway"
-	"github.com/switchyard-ai/switchyard/keys"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/envoy/dataplane"
+	"github.com/switchyard-ai/switchyard/internal/adsclient"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // The data plane conformance table: requests a client sends and what any

@@ -12,7 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // dataDirContaining lists the files under dir whose bytes hold needle.

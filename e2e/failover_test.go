@@ -22,10 +22,10 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/gateway"
-	"github.com/switchyard-ai/switchyard/keys"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // Routing e2e (docs/routing-design.md): failover between providers, regions

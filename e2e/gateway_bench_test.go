@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/gateway"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
 
 // BenchmarkGatewayChat is one non-streaming chat completion at a time

@@ -13,7 +13,7 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // liveYAML serves demo/live from the providers named (in priority order),

@@ -9,7 +9,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/switchyard-ai/switchyard/gateway"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
 
 // TestRequestMetrics: the admin /metrics reports every request's outcome,

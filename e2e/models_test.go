@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 // TestModels lists and gets models with the official SDK: extproc answers

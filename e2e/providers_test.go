@@ -16,10 +16,10 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/gateway"
-	"github.com/switchyard-ai/switchyard/keys"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // vendorStack is a gateway in front of one recording fake of each wire

@@ -13,7 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/switchyard-ai/switchyard/backends/sandbox"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 const searchKeyEnv = "SWITCHYARD_E2E_SEARCH_KEY"

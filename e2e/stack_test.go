@@ -16,11 +16,11 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/switchyard-ai/switchyard/apischema/schematest"
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/gateway"
-	"github.com/switchyard-ai/switchyard/keys"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // providerKeyEnv names the provider credential variable the test stacks use.

@@ -13,7 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // upstreamAllowed are the request headers a vendor of each kind may see:

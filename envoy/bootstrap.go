@@ -24,8 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // Defaults of BootstrapOptions. The ports are the ones `switchyard

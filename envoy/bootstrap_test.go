@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // ExampleBootstrapOptions render envoy/bootstrap.yaml: Envoy on the same host

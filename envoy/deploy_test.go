@@ -17,10 +17,10 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	"gopkg.in/yaml.v3"
 
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
-	"github.com/switchyard-ai/switchyard/gateway"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
 
 // The deploy manifests mount an Envoy bootstrap and a Switchyard

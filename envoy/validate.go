@@ -33,8 +33,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // Config is everything one Envoy loads: the bootstrap it starts with and the

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/switchyard-ai/switchyard/catalog"
 	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // TestExampleSnapshotsValidate runs the validator on the snapshot of every

@@ -5,8 +5,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/providers/anthropic"
+	"github.com/switchyard-ai/switchyard/extproc/translate/anthropic"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // Prompt cache affinity.

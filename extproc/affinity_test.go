@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // affinityCatalog: three OpenAI-kind providers under each policy, weights

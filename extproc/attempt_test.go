@@ -19,9 +19,9 @@ import (
 	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // This file drives both ext_proc phases as Envoy does for one request: the

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // TestContextWindow: a chat prompt whose estimate (4 bytes of text a token,

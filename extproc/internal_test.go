@@ -3,7 +3,7 @@ package extproc
 import (
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 const internalTestToken = "internal-token-0123456789abcdef0123456789"

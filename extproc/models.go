@@ -11,7 +11,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
-	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // GET /v1/models and GET /v1/models/{id} are answered by extproc itself, as

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/apischema/schematest"
+	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
 )
 
 func modelsRequest(method, path, key string) headers {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // policyServer is a Server with the routing catalog and fresh health.

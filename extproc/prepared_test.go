@@ -11,7 +11,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // The prepared first attempt (request.go, route; upstream.go,

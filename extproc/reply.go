@@ -10,8 +10,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/switchyard-ai/switchyard/apierror"
-	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // setHeader is a header_mutation entry that replaces the header.

@@ -11,7 +11,7 @@ import (
 	"github.com/tidwall/gjson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 func TestAuthentication(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // responseHeaders chooses how the response body is processed.

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // routed opens a stream and takes it through the request phases.

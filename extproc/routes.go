@@ -17,12 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/switchyard-ai/switchyard/apierror"
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/jsonquote"
-	"github.com/switchyard-ai/switchyard/providers/anthropic"
-	"github.com/switchyard-ai/switchyard/providers/gemini"
+	"github.com/switchyard-ai/switchyard/extproc/translate/anthropic"
+	"github.com/switchyard-ai/switchyard/extproc/translate/gemini"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/jsonquote"
 )
 
 // routeTable is the routing state derived from one catalog. It is immutable

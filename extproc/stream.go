@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 // respKind is how the response body is processed.

@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/switchyard-ai/switchyard/apierror"
-	"github.com/switchyard-ai/switchyard/catalog"
-	"github.com/switchyard-ai/switchyard/providers/anthropic"
-	"github.com/switchyard-ai/switchyard/providers/gemini"
+	"github.com/switchyard-ai/switchyard/extproc/translate/anthropic"
+	"github.com/switchyard-ai/switchyard/extproc/translate/gemini"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // The upstream phase: the ext_proc filter on each provider cluster

@@ -15,7 +15,7 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/catalog"
+	"github.com/switchyard-ai/switchyard/internal/catalog"
 )
 
 // upstreamAttempt sends the request headers and body of one attempt on

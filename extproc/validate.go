@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // Top-level members of a chat completion request that the gateway reads.

@@ -10,7 +10,7 @@ import (
 	"github.com/envoyproxy/ratelimit/src/stats"
 	gostats "github.com/lyft/gostats"
 
-	swconfig "github.com/switchyard-ai/switchyard/config"
+	swconfig "github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // BuildConfig returns the RateLimitConfig for the tiers: for every tier,

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 // The descriptor scheme (docs/ratelimit-design.md). Entry order matters:

@@ -3,7 +3,7 @@ package ratelimit
 import (
 	"io"
 
-	"github.com/switchyard-ai/switchyard/metrics"
+	"github.com/switchyard-ai/switchyard/internal/metrics"
 )
 
 // Metrics counts rate-limiting outcomes, exported in the Prometheus text

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 func TestBuildConfig(t *testing.T) {

@@ -36,9 +36,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/apierror"
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 // KeyStore is the key database; *keys.Store satisfies it.

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 const token = "admin-token-for-tests-0123"

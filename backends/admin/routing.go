@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/apierror"
-	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 // Routing endpoints: live changes of which providers serve a model, and in

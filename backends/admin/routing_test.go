@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 // newRoutingAPI serves the admin API with a real control plane (no

@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // The daily line allowance (docs/operations.md, "Batches and the tier

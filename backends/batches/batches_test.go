@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/apischema/schematest"
 	"github.com/switchyard-ai/switchyard/backends/files"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // apiError is the OpenAI error body.

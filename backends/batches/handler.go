@@ -16,10 +16,10 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/backends/metadata"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // Endpoints a batch may target.

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/files"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // TestInputDeletedMidRunSurvivesRestart: once a batch has started, it owns

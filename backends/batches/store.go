@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // Batch statuses (OpenAI's).

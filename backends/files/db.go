@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql"
 
-	"github.com/switchyard-ai/switchyard/envelope"
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // openDB opens (creating it with mode 0600) the metadata database at path in

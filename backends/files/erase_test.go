@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // filesContaining names the files under dir whose bytes contain needle.

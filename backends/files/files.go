@@ -39,8 +39,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/switchyard-ai/switchyard/envelope"
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // Purposes of a file. Clients may upload every purpose but PurposeBatchOutput,

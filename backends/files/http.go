@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 const (

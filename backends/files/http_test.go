@@ -23,8 +23,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/switchyard-ai/switchyard/apischema/schematest"
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
 )
 
 // withOwner stands in for caller.Require: the bearer token names the owner,

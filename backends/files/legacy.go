@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // sealLegacy seals the blobs that a binary without encryption at rest

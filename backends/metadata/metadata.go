@@ -8,7 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // OpenAI's limits on a metadata object (characters, not bytes).

@@ -6,8 +6,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/sandbox"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // The code_interpreter tool runs the way web_search does: the model is

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/envelope"
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // dbFilesContaining names the files of the database at path (main, -wal,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/vectorstores"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // The file_search tool runs the way web_search does: the model is offered

@@ -16,10 +16,10 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apischema/schematest"
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 const testToken = "internal-test-token"

@@ -8,9 +8,9 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/metadata"
-	"github.com/switchyard-ai/switchyard/jsonquote"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/jsonquote"
 )
 
 // createRequest is a validated POST /v1/responses body. Large values (input

@@ -39,8 +39,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // Gateway sends requests to the gateway's public API on behalf of an owner;

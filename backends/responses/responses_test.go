@@ -9,8 +9,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apischema/schematest"
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
 )
 
 func TestSpecAvailable(t *testing.T) { schematest.RequireSpec(t) }

@@ -12,9 +12,9 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/vectorstores"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // maxUpstreamBody bounds a non-streamed chat completion read from the

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/sse"
+	"github.com/switchyard-ai/switchyard/internal/sse"
 )
 
 // eventWriter writes Responses stream events, one flush per event. Its

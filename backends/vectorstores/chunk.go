@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/switchyard-ai/switchyard/tokenizer"
+	"github.com/switchyard-ai/switchyard/internal/tokenizer"
 )
 
 // Chunking. A file is read as a stream of pieces: a run of whitespace and

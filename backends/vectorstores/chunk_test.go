@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/tokenizer"
+	"github.com/switchyard-ai/switchyard/internal/tokenizer"
 )
 
 func chunkAll(t *testing.T, text string, tok tokenizer.Tokenizer, maxTokens, overlap int) []string {

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/switchyard-ai/switchyard/envelope"
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // openDB opens (creating it with mode 0600) the database at path in WAL

@@ -7,7 +7,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // statusTransport makes the fake upstream answer every later request with

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // dbFilesContaining names those of the service database's files (main,

@@ -5,7 +5,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apierror"
+	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // Attribute filters of a search (OpenAI's ComparisonFilter and

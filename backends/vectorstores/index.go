@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/files"
-	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // supportedExt are the file types indexed, all read as UTF-8 text: OpenAI's

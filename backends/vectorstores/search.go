@@ -11,7 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // Scoring. A chunk's score for a query blends the cosine similarity of

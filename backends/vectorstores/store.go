@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/envelope"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // The database rows and their queries. Every query that a client's request

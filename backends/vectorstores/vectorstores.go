@@ -54,9 +54,9 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
-	"github.com/switchyard-ai/switchyard/envelope"
-	"github.com/switchyard-ai/switchyard/sqlitedb"
-	"github.com/switchyard-ai/switchyard/tokenizer"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/tokenizer"
 )
 
 // Files is the owner's uploaded files; *files.Store implements it. Both

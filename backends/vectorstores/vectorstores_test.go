@@ -10,7 +10,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/switchyard-ai/switchyard/apischema/schematest"
+	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
 )
 
 func TestSpecAvailable(t *testing.T) { schematest.RequireSpec(t) }

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-ai/switchyard/config"
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 func TestAdminAddressChoice(t *testing.T) {

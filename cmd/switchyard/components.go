@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/switchyard-ai/switchyard/gateway"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
 
 // cmdControlPlane is `switchyard controlplane`: the control plane alone,

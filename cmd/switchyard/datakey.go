@@ -13,8 +13,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/switchyard-ai/switchyard/envelope"
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 const datakeyUsage = `switchyard datakey: the key-encryption keys (KEKs) of the content at rest

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/switchyard-ai/switchyard/backends/files"
-	"github.com/switchyard-ai/switchyard/envelope"
-	"github.com/switchyard-ai/switchyard/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // TestDatakeyRotate: rotate adds a new primary KEK and rewraps the stored

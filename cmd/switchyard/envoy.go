@@ -8,9 +8,9 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 
-	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/envoy"
+	"github.com/switchyard-ai/switchyard/internal/config"
 )
 
 const envoyUsage = `Usage:

@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/switchyard-ai/switchyard/providers/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
 
 // cmdFake runs one fake vendor upstream alone (benchmarks, demos).
@@ -53,4 +53,14 @@ func cmdFake(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// startDemoUpstream starts one of make run's demo vendors. The binary is
+// the one place that wires the fakes (test doubles) into the product.
+func startDemoUpstream(ctx context.Context, listen, kind, apiKey string) (io.Closer, error) {
+	srv, _, err := fake.Start(ctx, listen, kind, fake.Options{APIKey: apiKey})
+	if err != nil {
+		return nil, err
+	}
+	return srv, nil
 }

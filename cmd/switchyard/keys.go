@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/admin"
-	"github.com/switchyard-ai/switchyard/keys"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 const keysUsage = `switchyard keys: manage API keys (works while a gateway runs on the same data directory)

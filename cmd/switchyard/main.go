@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/switchyard-ai/switchyard/metrics"
+	"github.com/switchyard-ai/switchyard/internal/metrics"
 )
 
 const usage = `switchyard: an OpenAI-compatible inference gateway

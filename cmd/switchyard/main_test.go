@@ -56,7 +56,7 @@ func TestValidate(t *testing.T) {
 		t.Fatalf("default config: %v %s", err, out)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	src := strings.Replace(string(mustRead(t, "../../config/default.yaml")), "provider: fake-openai", "provider: missing", 1)
+	src := strings.Replace(string(mustRead(t, "../../internal/config/default.yaml")), "provider: fake-openai", "provider: missing", 1)
 	if err := os.WriteFile(bad, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestRunPrintsWorkingCurl(t *testing.T) {
 	}
 	// The embedded default with every demo upstream moved to a free port, so
 	// the test never collides with a `make run` on this machine.
-	cfg := string(mustRead(t, "../../config/default.yaml"))
+	cfg := string(mustRead(t, "../../internal/config/default.yaml"))
 	for _, port := range []string{"127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093", "127.0.0.1:8094"} {
 		if !strings.Contains(cfg, port) {
 			t.Fatalf("default config no longer uses %s; update this test", port)
@@ -165,7 +165,7 @@ func TestRunPrintsWorkingCurl(t *testing.T) {
 
 func TestValidateCredentials(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "creds.yaml")
-	src := strings.Replace(string(mustRead(t, "../../config/default.yaml")), "base_url: http://127.0.0.1:8091/v1", "base_url: https://api.openai.example/v1", 1)
+	src := strings.Replace(string(mustRead(t, "../../internal/config/default.yaml")), "base_url: http://127.0.0.1:8091/v1", "base_url: https://api.openai.example/v1", 1)
 	if err := os.WriteFile(cfg, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}

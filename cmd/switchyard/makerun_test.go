@@ -62,7 +62,7 @@ func worldReadableTempDir(t *testing.T) string {
 func runLikeMakeRun(t *testing.T, bin string, cred *syscall.Credential) {
 	// The clone: an empty working directory owned by the user who runs it.
 	work := worldReadableTempDir(t)
-	cfg := string(mustRead(t, "../../config/default.yaml"))
+	cfg := string(mustRead(t, "../../internal/config/default.yaml"))
 	for _, port := range []string{"127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093", "127.0.0.1:8094"} {
 		cfg = strings.ReplaceAll(cfg, port, freePort(t))
 	}

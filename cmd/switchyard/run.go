@@ -16,9 +16,9 @@ import (
 	"strings"
 
 	"github.com/switchyard-ai/switchyard/backends/admin"
-	"github.com/switchyard-ai/switchyard/config"
 	"github.com/switchyard-ai/switchyard/controlplane"
-	"github.com/switchyard-ai/switchyard/gateway"
+	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
 
 // Admin API defaults.
@@ -148,6 +148,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	opts := gateway.Options{
+		DemoUpstream:   startDemoUpstream,
 		Config:         cfg,
 		DataDir:        *dataDir,
 		Logger:         logger,

@@ -1,0 +1,328 @@
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/switchyard-ai/switchyard/internal/metrics"
+)
+
+// Options configure a DataPlane.
+type Options struct {
+	Logger *slog.Logger
+	// StaticClusters are the bootstrap clusters, not from xDS: name ->
+	// "host:port" or "unix:/path" (for example catalog.ExtProcCluster).
+	StaticClusters map[string]string
+	// Channels are static clusters served in this process, by name (the
+	// embedded gateway's ext_proc and rate limit services on an
+	// inprocgrpc channel): the filters call them without a socket. A
+	// name here needs no StaticClusters entry and takes precedence.
+	Channels map[string]grpc.ClientConnInterface
+	// Insecure allows plain HTTP on non-loopback addresses.
+	Insecure bool
+	// ListenOverride maps a listener name to the address to bind instead of
+	// the listener's own, for tests ("127.0.0.1:0") or "unix:/path".
+	ListenOverride map[string]string
+	// OnRateLimitError, if not nil, is told about every ratelimit filter
+	// call that failed (ratelimit.go), for metrics.
+	OnRateLimitError func(error)
+	// Metrics, if not nil, records every finished request (the Go data
+	// plane's performance monitoring; Envoy exports its own statistics).
+	Metrics *metrics.Requests
+	// Region is the data plane's home region, which it announces in its
+	// xDS node's locality (Node): the control plane serves each region the
+	// snapshot whose failover order starts in that region. Empty: no
+	// locality, and the control plane's configured region applies.
+	Region string
+}
+
+// Resources is one complete, consistent configuration.
+type Resources struct {
+	Listeners []*listenerv3.Listener
+	Routes    []*routev3.RouteConfiguration
+	Clusters  []*clusterv3.Cluster
+	Endpoints []*endpointv3.ClusterLoadAssignment
+	Secrets   []*tlsv3.Secret
+}
+
+// DataPlane serves the listeners of the last applied configuration.
+type DataPlane struct {
+	opts Options
+	log  *slog.Logger
+	cfg  atomic.Pointer[snapshot]
+
+	mu         sync.Mutex // serialises Apply and Close
+	closed     bool
+	transports map[string]*transportEntry
+	hosts      map[string]*hostHealth // cluster name + "\x00" + address
+
+	lmu       sync.RWMutex // guards listeners, read by Addr
+	listeners map[string]*listenerRuntime
+
+	grpcMu    sync.Mutex
+	grpcConns map[string]*grpc.ClientConn
+
+	// streamDone counts finished requests whose stream-done work (the
+	// ratelimit call, the access log) is still running (stream.go, finish).
+	streamDone sync.WaitGroup
+}
+
+type transportEntry struct {
+	fingerprint string
+	cluster     *cluster
+}
+
+// New returns a DataPlane with no configuration; Apply or Watch feed it.
+func New(opts Options) *DataPlane {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	d := &DataPlane{
+		opts:       opts,
+		log:        log,
+		transports: map[string]*transportEntry{},
+		hosts:      map[string]*hostHealth{},
+		listeners:  map[string]*listenerRuntime{},
+		grpcConns:  map[string]*grpc.ClientConn{},
+	}
+	d.cfg.Store(&snapshot{})
+	return d
+}
+
+// Apply validates res and swaps it in atomically: requests in flight keep
+// the configuration they started with. Listeners that are new are started,
+// those whose address changed are restarted, removed ones are drained and
+// stopped; a changed certificate applies to new connections without a
+// restart. An invalid update (a dangling reference to a route
+// configuration, cluster, endpoint assignment, secret or the ext_proc
+// cluster, an undecodable or unsupported filter, a router that is not last,
+// plain HTTP on a non-loopback address, an address that cannot be bound)
+// returns an error and changes nothing.
+func (d *DataPlane) Apply(ctx context.Context, res Resources) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errors.New("dataplane: closed")
+	}
+	snap, err := d.compile(res)
+	if err != nil {
+		return fmt.Errorf("dataplane: invalid configuration: %w", err)
+	}
+
+	// Bind every new socket before changing anything, so a failure leaves
+	// the running configuration untouched.
+	d.lmu.RLock()
+	current := d.listeners
+	d.lmu.RUnlock()
+	next := make(map[string]*listenerRuntime, len(snap.listeners))
+	var started, stopped []*listenerRuntime
+	for name, lc := range snap.listeners {
+		if cur := current[name]; cur != nil && cur.key == lc.bindKey() {
+			next[name] = cur
+			continue
+		}
+		lr, err := listen(lc)
+		if err != nil {
+			for _, s := range started {
+				_ = s.ln.Close()
+			}
+			return fmt.Errorf("dataplane: listener %q: %w", name, err)
+		}
+		started = append(started, lr)
+		next[name] = lr
+	}
+	for name, cur := range current {
+		if next[name] != cur {
+			stopped = append(stopped, cur)
+		}
+	}
+
+	d.reconcileTransports(snap)
+	d.reconcileHosts(snap)
+	for name, lr := range next {
+		lr.setTLS(snap.listeners[name].tls)
+	}
+	d.cfg.Store(snap)
+	for _, lr := range started {
+		lr.serve(d, snap.listeners[lr.name])
+	}
+	d.lmu.Lock()
+	d.listeners = next
+	d.lmu.Unlock()
+	for _, lr := range stopped {
+		d.log.Info("listener stopping", "listener", lr.name, "address", lr.ln.Addr().String())
+		go lr.shutdown(drainTimeout)
+	}
+	return nil
+}
+
+// reconcileHosts gives every host outlier detection's state, keeping the
+// state of a host that the same cluster had before, so a configuration
+// change neither forgets an ejection nor lets an ejected provider back in.
+func (d *DataPlane) reconcileHosts(snap *snapshot) {
+	next := map[string]*hostHealth{}
+	for name, c := range snap.clusters {
+		for _, l := range c.levels {
+			for _, e := range l.all {
+				key := name + "\x00" + e.addr
+				h := next[key]
+				if h == nil {
+					if h = d.hosts[key]; h == nil {
+						h = &hostHealth{}
+					}
+					next[key] = h
+				}
+				e.health = h
+			}
+		}
+	}
+	d.hosts = next
+}
+
+// reconcileTransports gives each cluster a connection pool, keeping the
+// pool of a cluster whose connection settings did not change.
+func (d *DataPlane) reconcileTransports(snap *snapshot) {
+	next := make(map[string]*transportEntry, len(snap.clusters))
+	for name, c := range snap.clusters {
+		if c.aggregate != nil {
+			continue // it connects through its members
+		}
+		if e := d.transports[name]; e != nil && e.fingerprint == c.fingerprint {
+			c.transport = e.cluster.transport
+		} else {
+			c.transport = newTransport(c)
+		}
+		next[name] = &transportEntry{fingerprint: c.fingerprint, cluster: c}
+	}
+	for name, e := range d.transports {
+		if n := next[name]; n == nil || n.cluster.transport != e.cluster.transport {
+			// Requests in flight keep their connections; idle ones go.
+			e.cluster.transport.CloseIdleConnections()
+		}
+	}
+	d.transports = next
+}
+
+// Node returns the xDS node this data plane identifies itself with: id and
+// cluster as given, and Options.Region as its locality's region.
+func (d *DataPlane) Node(id, cluster string) *corev3.Node {
+	n := &corev3.Node{Id: id, Cluster: cluster}
+	if d.opts.Region != "" {
+		n.Locality = &corev3.Locality{Region: d.opts.Region}
+	}
+	return n
+}
+
+// Addr returns the bound address of a listener, nil if it is not listening.
+func (d *DataPlane) Addr(listener string) net.Addr {
+	d.lmu.RLock()
+	defer d.lmu.RUnlock()
+	if lr := d.listeners[listener]; lr != nil {
+		return lr.ln.Addr()
+	}
+	return nil
+}
+
+// Close gracefully shuts every listener down and releases connections.
+func (d *DataPlane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	d.lmu.Lock()
+	listeners := d.listeners
+	d.listeners = map[string]*listenerRuntime{}
+	d.lmu.Unlock()
+	var wg sync.WaitGroup
+	for _, lr := range listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lr.shutdown(drainTimeout)
+		}()
+	}
+	wg.Wait()
+	// The stream-done calls of the last requests still need their gRPC
+	// channels.
+	d.streamDone.Wait()
+	for _, e := range d.transports {
+		e.cluster.transport.CloseIdleConnections()
+	}
+	d.grpcMu.Lock()
+	defer d.grpcMu.Unlock()
+	var errs []error
+	for _, cc := range d.grpcConns {
+		errs = append(errs, cc.Close())
+	}
+	d.grpcConns = map[string]*grpc.ClientConn{}
+	return errors.Join(errs...)
+}
+
+// staticCluster reports whether name is a bootstrap cluster.
+func (d *DataPlane) staticCluster(name string) bool {
+	if _, ok := d.opts.Channels[name]; ok {
+		return true
+	}
+	_, ok := d.opts.StaticClusters[name]
+	return ok
+}
+
+// grpcConn returns the gRPC channel to a static cluster: an in-process one,
+// or a lazily connecting one that lives as long as the DataPlane.
+func (d *DataPlane) grpcConn(name string) (grpc.ClientConnInterface, error) {
+	if ch := d.opts.Channels[name]; ch != nil {
+		return ch, nil
+	}
+	d.grpcMu.Lock()
+	defer d.grpcMu.Unlock()
+	if cc := d.grpcConns[name]; cc != nil {
+		return cc, nil
+	}
+	addr, ok := d.opts.StaticClusters[name]
+	if !ok {
+		return nil, &missingError{kind: "cluster", name: name, from: "ext_proc", static: true}
+	}
+	target := addr
+	if !strings.HasPrefix(addr, "unix:") {
+		target = "passthrough:///" + addr
+	}
+	cc, err := grpc.NewClient(target, append(processorDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		return nil, fmt.Errorf("static cluster %q: %w", name, err)
+	}
+	d.grpcConns[name] = cc
+	return cc, nil
+}
+
+// processorDialOptions tune the gRPC connections to ext_proc and the rate
+// limit service: every request makes several small exchanges on them, so
+// per-message overhead is the gateway's latency. Static flow-control windows
+// (large enough for a whole buffered body) turn off gRPC's BDP estimator,
+// whose PING frames would otherwise ride along with this traffic.
+func processorDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(4 << 20),
+		grpc.WithInitialConnWindowSize(16 << 20),
+	}
+}
