@@ -14,12 +14,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/admin"
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
+
+// defaultShutdownGrace is how long a draining gateway lets requests in
+// flight finish: long enough for a typical streamed completion, within
+// Kubernetes' default 30 s termination grace (set terminationGracePeriodSeconds
+// above it when raising this).
+const defaultShutdownGrace = 25 * time.Second
 
 // Admin API defaults.
 const (
@@ -130,6 +137,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	rateLimitAddr := fs.String("ratelimit-addr", "", "RLS address of an external rate limit service (envoyproxy/ratelimit); default: the embedded one")
 	region := fs.String("region", "", "this gateway's home region, us or asia (default: the config's region)")
 	loopbackGRPC := fs.Bool("loopback-grpc", false, "the data plane reaches ext_proc and the rate limit service over loopback gRPC, as Envoy does (default: in process, without sockets)")
+	grace := fs.Duration("shutdown-grace", defaultShutdownGrace, "on SIGTERM or Ctrl-C, how long requests and streams in flight may run on before they are ended with an error (readiness is false meanwhile)")
 	xdsListen := fs.String("xds-listen", "", "address the control plane serves xDS on, for an external ratelimit service or Envoy (default: a free loopback port)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -195,7 +203,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintln(stdout, "Press Ctrl-C to stop.")
 	<-ctx.Done()
-	fmt.Fprintln(stdout, "Shutting down.")
+	fmt.Fprintf(stdout, "Shutting down: draining requests in flight for up to %v.\n", *grace)
+	// ctx is done; the drain gets its own deadline.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *grace)
+	defer cancel()
+	if err := g.Shutdown(dctx); err != nil {
+		logger.Warn("shutdown: the grace period ended requests still in flight", "grace", *grace, "error", err)
+	}
+	fmt.Fprintln(stdout, "Stopped.")
 	return nil
 }
 

@@ -128,6 +128,9 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 	}
 	s.idle = newIdleTimer(idle, func() { s.abort("stream_idle_timeout", cancel) })
 	s.cleanups = append(s.cleanups, s.idle.stop)
+	// A drain whose grace period is over ends the attempt (Shutdown).
+	stopOnDrain := context.AfterFunc(s.d.stopping, func() { s.abort("gateway_shutdown", cancel) })
+	s.cleanups = append(s.cleanups, func() { stopOnDrain() })
 
 	policy := rt.retry
 	if policy != nil && body.r != nil && !body.buffered {

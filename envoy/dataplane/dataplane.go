@@ -80,6 +80,13 @@ type DataPlane struct {
 	// streamDone counts finished requests whose stream-done work (the
 	// ratelimit call, the access log) is still running (stream.go, finish).
 	streamDone sync.WaitGroup
+
+	// draining is set when Shutdown starts (readiness turns false);
+	// stopping is cancelled when its grace period is over, ending every
+	// request still in flight (attempt.go).
+	draining     atomic.Bool
+	stopping     context.Context
+	stopInFlight context.CancelFunc
 }
 
 type transportEntry struct {
@@ -101,6 +108,7 @@ func New(opts Options) *DataPlane {
 		listeners:  map[string]*listenerRuntime{},
 		grpcConns:  map[string]*grpc.ClientConn{},
 	}
+	d.stopping, d.stopInFlight = context.WithCancel(context.Background())
 	d.cfg.Store(&snapshot{})
 	return d
 }
@@ -240,6 +248,44 @@ func (d *DataPlane) Addr(listener string) net.Addr {
 		return lr.ln.Addr()
 	}
 	return nil
+}
+
+// Draining reports whether Shutdown has started: a draining data plane is
+// not ready for new traffic.
+func (d *DataPlane) Draining() bool { return d.draining.Load() }
+
+// Shutdown drains the data plane, as Envoy's drain does, then closes it:
+// listeners stop accepting at once and idle connections close, while the
+// requests in flight, streams included, run on until ctx ends. Those still
+// running then are ended: an event stream with an OpenAI error event the
+// SDKs raise (logged as cut, not as a whole 200), a response not yet started
+// with a 503, anything else reset. It returns ctx's error when the grace
+// period cut requests short.
+func (d *DataPlane) Shutdown(ctx context.Context) error {
+	d.draining.Store(true)
+	d.lmu.RLock()
+	listeners := make([]*listenerRuntime, 0, len(d.listeners))
+	for _, lr := range d.listeners {
+		listeners = append(listeners, lr)
+	}
+	d.lmu.RUnlock()
+	var wg sync.WaitGroup
+	var cut atomic.Bool
+	for _, lr := range listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !lr.drain(ctx, d.stopInFlight) {
+				cut.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	err := d.Close()
+	if cut.Load() {
+		return errors.Join(fmt.Errorf("dataplane: drain: requests still in flight were ended: %w", ctx.Err()), err)
+	}
+	return err
 }
 
 // Close gracefully shuts every listener down and releases connections.

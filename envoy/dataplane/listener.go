@@ -104,6 +104,32 @@ func (l *listenerRuntime) shutdown(grace time.Duration) {
 	<-l.done
 }
 
+// cutGrace is how long requests ended at the close of a drain get to write
+// their last words (an error event, a 503) before the connections close.
+const cutGrace = 2 * time.Second
+
+// drain stops accepting and waits for the requests in flight until ctx
+// ends; then it calls stop, which ends them, and gives them cutGrace to
+// finish writing. It reports whether every request finished on its own.
+func (l *listenerRuntime) drain(ctx context.Context, stop context.CancelFunc) bool {
+	if l.srv == nil {
+		_ = l.ln.Close()
+		return true
+	}
+	if l.srv.Shutdown(ctx) == nil {
+		<-l.done
+		return true
+	}
+	stop()
+	cctx, cancel := context.WithTimeout(context.Background(), cutGrace)
+	defer cancel()
+	if err := l.srv.Shutdown(cctx); err != nil {
+		_ = l.srv.Close()
+	}
+	<-l.done
+	return false
+}
+
 // switchListener wraps accepted connections in TLS when the listener's
 // current configuration asks for it. http.Server negotiates h2 or HTTP/1.1
 // on a *tls.Conn by ALPN.

@@ -395,6 +395,10 @@ func (s *requestState) upstreamBodyFailed() {
 			return
 		}
 	}
+	if !s.wroteHeader && reason == "gateway_shutdown" {
+		s.sendLocal(errShuttingDown, reason)
+		return
+	}
 	if !s.wroteHeader && reason != "upstream_reset_after_response_started" {
 		s.sendLocal(apierror.Server(http.StatusGatewayTimeout, reason, "The upstream did not respond in time."), reason)
 		return
@@ -405,6 +409,10 @@ func (s *requestState) upstreamBodyFailed() {
 	}
 	s.reset(reason)
 }
+
+// errShuttingDown ends the requests a drain's grace period did not cover.
+var errShuttingDown = apierror.Server(http.StatusServiceUnavailable, "gateway_shutdown",
+	"The gateway is shutting down and ended this request; retry it.")
 
 // cutEventStream ends an event stream whose upstream failed after the
 // response started (stalled past the idle timeout, or went away) with an
@@ -424,6 +432,8 @@ func (s *requestState) cutEventStream(reason string) {
 			msg = fmt.Sprintf("The upstream sent nothing for %v; the response is incomplete.", s.idle.d)
 		}
 		e = apierror.Server(http.StatusGatewayTimeout, reason, msg)
+	case "gateway_shutdown":
+		e = errShuttingDown
 	case "upstream_reset_after_response_started":
 		flag = "UC" // Envoy's upstream connection termination
 		e = apierror.Server(http.StatusBadGateway, reason, "The upstream closed the connection before the response was complete.")

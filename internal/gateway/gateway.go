@@ -392,7 +392,7 @@ func startAdmin(g *Gateway, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("gateway: admin listener: %w", err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: withHealth(h, g.Ready), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	g.adminAddr = lis.Addr()
 	g.closers = append(g.closers, func() { _ = srv.Close() })
@@ -423,6 +423,25 @@ func (g *Gateway) BaseURL() string {
 }
 
 // Close stops every component, most recently started first.
+// Ready reports whether the gateway should receive traffic: it has a
+// configuration (extproc has its catalog; the data plane serves, which
+// Start waited for) and it is not draining.
+func (g *Gateway) Ready() bool {
+	return g.Data != nil && !g.Data.Draining() && g.ExtProc != nil && g.ExtProc.Ready()
+}
+
+// Shutdown drains the data plane for up to ctx's deadline (see
+// dataplane.DataPlane.Shutdown), then closes everything. Readiness is
+// false from the start of the drain.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	var err error
+	if g.Data != nil {
+		err = g.Data.Shutdown(ctx)
+	}
+	g.Close()
+	return err
+}
+
 func (g *Gateway) Close() {
 	if g.stop != nil {
 		g.stop()
@@ -526,6 +545,26 @@ func startDemoUpstreams(ctx context.Context, cfg *config.Config, g *Gateway, sta
 		g.closers = append(g.closers, func() { _ = srv.Close() })
 	}
 	return nil
+}
+
+// withHealth serves the probes beside the admin API, without its token (an
+// orchestrator's probe has none): GET /healthz, liveness, answers 200 while
+// the process serves HTTP at all; GET /readyz answers 200 only while ready
+// (configured and not draining), else 503.
+func withHealth(admin http.Handler, ready func() bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.Handle("/", admin)
+	return mux
 }
 
 // checkPlainListeners refuses, before anything starts, what the data plane
