@@ -169,9 +169,19 @@ type splitStack struct {
 	cp, ep *gateway.Component
 	key    string
 	listen string // the public listener's address
+	// adminURL is the control plane's admin API (keys and routing for the
+	// whole deployment); adminToken its bearer token.
+	adminURL, adminToken string
 }
 
 func newSplitStack(t *testing.T, ctx context.Context) *splitStack {
+	return newSplitStackWith(t, ctx, nil)
+}
+
+// newSplitStackWith is newSplitStack with, when second is not nil, a second
+// provider (fake-openai-b, served by second(its credential)) behind
+// demo/chat's first.
+func newSplitStackWith(t *testing.T, ctx context.Context, second func(apiKey string) http.Handler) *splitStack {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	providerKey := "prov-split-" + fmt.Sprint(time.Now().UnixNano())
@@ -179,6 +189,13 @@ func newSplitStack(t *testing.T, ctx context.Context) *splitStack {
 	up := httptest.NewServer(fake.NewOpenAI(fake.Options{APIKey: providerKey}))
 	t.Cleanup(up.Close)
 	s := &splitStack{listen: freeLoopback(t)}
+	var extraProvider, extraRoute string
+	if second != nil {
+		up2 := httptest.NewServer(second(providerKey))
+		t.Cleanup(up2.Close)
+		extraProvider = fmt.Sprintf("  - {name: fake-openai-b, kind: openai, base_url: %s/v1, api_key_env: %s}\n", up2.URL, providerKeyEnv)
+		extraRoute = "      - {provider: fake-openai-b, upstream_model: fake-chat-2, priority: 1}\n"
+	}
 	cfg, err := config.Parse("split.yaml", []byte(fmt.Sprintf(`listeners:
   - name: public
     address: %s
@@ -189,20 +206,23 @@ providers:
     kind: openai
     base_url: %s/v1
     api_key_env: %s
-models:
+%smodels:
   - id: demo/chat
     providers:
       - provider: fake-openai
         upstream_model: fake-chat-1
-`, s.listen, conformanceMaxBody, up.URL, providerKeyEnv)))
+%s`, s.listen, conformanceMaxBody, up.URL, providerKeyEnv, extraProvider, extraRoute)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cp, err = gateway.StartControlPlane(ctx, gateway.ControlPlaneOptions{Config: cfg, Listen: "127.0.0.1:0", Logger: logger}); err != nil {
+	dataDir := t.TempDir()
+	s.adminToken = "split-admin-token-0123456789abcdef"
+	if s.cp, err = gateway.StartControlPlane(ctx, gateway.ControlPlaneOptions{Config: cfg, Listen: "127.0.0.1:0", Logger: logger,
+		AdminListen: "127.0.0.1:0", AdminToken: s.adminToken, DataDir: dataDir}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.cp.Close)
-	dataDir := t.TempDir()
+	s.adminURL = "http://" + s.cp.AdminAddr.String()
 	store, err := keys.Open(ctx, dataDir)
 	if err != nil {
 		t.Fatal(err)
@@ -242,21 +262,28 @@ func TestConformanceSplitComponents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := newSplitStack(t, ctx)
+	s.startDataPlane(t, ctx)
+	runConformance(t, "http://"+s.listen+"/v1", s.key)
+}
+
+// startDataPlane runs the Go data plane against the split control plane
+// and extproc, in Envoy's place, until ctx ends.
+func (s *splitStack) startDataPlane(t *testing.T, ctx context.Context) {
+	t.Helper()
 	dp := dataplane.New(dataplane.Options{
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		StaticClusters: map[string]string{catalog.ExtProcCluster: s.ep.Addr.String()},
 	})
-	defer dp.Close()
+	t.Cleanup(func() { _ = dp.Close() })
 	cc, err := grpc.NewClient(s.cp.Addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	t.Cleanup(func() { _ = cc.Close() })
 	ads := adsclient.New(cc, &corev3.Node{Id: "split-dataplane"}, nil)
 	dp.Watch(ads)
 	go func() { _ = ads.Run(ctx) }()
 	waitFor(t, 10*time.Second, "data plane listening and extproc ready", func() bool { return dp.Addr("public") != nil && s.ep.Ready() })
-	runConformance(t, "http://"+s.listen+"/v1", s.key)
 }
 
 // TestConformanceEnvoy runs the table against real Envoy when ENVOY_BIN is

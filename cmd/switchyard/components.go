@@ -24,6 +24,10 @@ func cmdControlPlane(ctx context.Context, args []string, stdout, stderr io.Write
 	listen := fs.String("listen", "127.0.0.1:18000", "xDS (ADS) address")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	adminListen := fs.String("admin-listen", "", `address of the admin API (keys, tiers, routing changes, drain) and its probes; "" disables it; loopback unless --insecure (reach it with kubectl port-forward)`)
+	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin API token (default: $"+adminTokenEnv+", else DATA_DIR/"+adminTokenFileName+", created if missing)")
+	dataDir := fs.String("data-dir", ".data", "directory of the key database the admin API manages (the one every extproc reads)")
+	insecureAdmin := fs.Bool("insecure", false, "allow the admin API on a non-loopback address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -35,11 +39,25 @@ func cmdControlPlane(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	c, err := gateway.StartControlPlane(ctx, gateway.ControlPlaneOptions{Config: cfg, ConfigPath: *cfgPath, Listen: *listen, Logger: logger})
+	o := gateway.ControlPlaneOptions{Config: cfg, ConfigPath: *cfgPath, Listen: *listen, Logger: logger}
+	var tokenSource string
+	if *adminListen != "" {
+		if err := checkAdminAddr(*adminListen, *insecureAdmin); err != nil {
+			return err
+		}
+		if o.AdminToken, tokenSource, err = adminToken(*adminTokenFile, *dataDir); err != nil {
+			return err
+		}
+		o.AdminListen, o.DataDir = *adminListen, *dataDir
+	}
+	c, err := gateway.StartControlPlane(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if c.AdminAddr != nil {
+		fmt.Fprintf(stdout, "Admin API at http://%s/admin/v1/keys (token: %s)\n", c.AdminAddr, tokenSource)
+	}
 	return serveUntilDone(ctx, c, "control plane", *health, stdout)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchyard-ai/switchyard/backends/admin"
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/extproc"
 	"github.com/switchyard-ai/switchyard/internal/adsclient"
@@ -34,8 +36,10 @@ import (
 // Component is one component running on its own.
 type Component struct {
 	// Addr is the address it serves gRPC on (TCP or Unix socket).
-	Addr    net.Addr
-	ready   func() bool
+	Addr net.Addr
+	// AdminAddr is the admin API's address, nil when not served.
+	AdminAddr net.Addr
+	ready     func() bool
 	closers []func()
 	// metrics, when set, writes the component's metrics in the Prometheus
 	// text format (WriteMetrics).
@@ -76,6 +80,15 @@ type ControlPlaneOptions struct {
 	ConfigPath     string
 	ReloadInterval time.Duration
 	Logger         *slog.Logger
+
+	// AdminListen, when set, serves the admin API (keys, tiers, routing
+	// changes, drain/undrain, metrics) and the /healthz and /readyz probes
+	// there, with the bearer AdminToken: the fleet's one place to manage
+	// keys and routes without exec'ing into pods or rolling them. Keys are
+	// kept in the key database under DataDir, which every extproc reads.
+	AdminListen string
+	AdminToken  string
+	DataDir     string
 }
 
 // StartControlPlane serves the snapshot of opts.Config over xDS to every
@@ -100,11 +113,48 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 	if opts.ConfigPath != "" {
 		go cp.WatchFile(watchCtx, opts.ConfigPath, opts.ReloadInterval)
 	}
-	return &Component{
+	c := &Component{
 		Addr:    lis.Addr(),
 		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
 		closers: []func(){srv.GracefulStop, cancel},
-	}, nil
+	}
+	if opts.AdminListen != "" {
+		if err := serveControlPlaneAdmin(ctx, c, cp, opts, log); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// serveControlPlaneAdmin starts the admin API beside the control plane.
+// Routing changes apply to the configuration in force and reach every data
+// plane and extproc over xDS; key changes reach every extproc at its next
+// poll of the key database.
+func serveControlPlaneAdmin(ctx context.Context, c *Component, cp *controlplane.Server, opts ControlPlaneOptions, log *slog.Logger) error {
+	store, err := keys.Open(ctx, opts.DataDir)
+	if err != nil {
+		return err
+	}
+	c.closers = append(c.closers, func() { _ = store.Close() })
+	h, err := admin.New(admin.Options{
+		Keys: store, Token: opts.AdminToken,
+		Config: cp.Config, Routing: cp,
+		Metrics: c.WriteMetrics,
+		Logger:  log.With("component", "admin"),
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: admin: %w", err)
+	}
+	lis, err := net.Listen("tcp", opts.AdminListen)
+	if err != nil {
+		return fmt.Errorf("gateway: admin listener: %w", err)
+	}
+	srv := &http.Server{Handler: withHealth(h, c.Ready), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	c.AdminAddr = lis.Addr()
+	c.closers = append(c.closers, func() { _ = srv.Close() })
+	return nil
 }
 
 // ExtProcOptions configure `switchyard extproc`.
