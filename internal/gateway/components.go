@@ -40,7 +40,7 @@ type Component struct {
 	// AdminAddr is the admin API's address, nil when not served.
 	AdminAddr net.Addr
 	ready     func() bool
-	closers []func()
+	closers   []func()
 	// metrics, when set, writes the component's metrics in the Prometheus
 	// text format (WriteMetrics).
 	metrics func(io.Writer) error
