@@ -217,6 +217,29 @@ func (r *Runner) Available() error {
 // Options.AllowUnsandboxed let them run without).
 func (r *Runner) Sandboxed() bool { return r != nil && r.isolated }
 
+// Isolation names how runs are isolated, for operators and the tool's
+// description: namespaces entered as root (the strongest: the code also
+// runs as an unprivileged user), unprivileged user namespaces (the gateway
+// is not root: the code runs as the namespace's root without capabilities),
+// or none (allow_unsandboxed).
+func (r *Runner) Isolation() string {
+	switch {
+	case r == nil || !r.isolated:
+		return IsolationNone
+	case os.Geteuid() == 0:
+		return IsolationRoot
+	default:
+		return IsolationUserNS
+	}
+}
+
+// Isolation values.
+const (
+	IsolationRoot   = "namespaces (root; code runs as an unprivileged user)"
+	IsolationUserNS = "user namespaces (unprivileged; code runs without capabilities)"
+	IsolationNone   = "none (allow_unsandboxed)"
+)
+
 // probeCode is the run New makes: the whole path, namespaces, root,
 // privilege drop and exec, must work for it to print 42.
 const probeCode = "print(6 * 7)\n"
@@ -238,13 +261,13 @@ func (r *Runner) setup() error {
 	err = r.probe(ctx, true)
 	if err == nil {
 		r.isolated = true
-		r.log.Info("sandbox: code interpreter ready", "python", r.python, "isolated", true)
+		r.log.Info("sandbox: code interpreter ready", "python", r.python, "isolation", r.Isolation())
 		return nil
 	}
 	if !r.opts.AllowUnsandboxed {
 		hint := ""
 		if os.Geteuid() != 0 {
-			hint = " (namespace isolation needs the gateway to run as root)"
+			hint = " (not root: isolation needs unprivileged user namespaces, which this kernel or container refuses; see kernel.unprivileged_userns_clone, user.max_user_namespaces, or the container's seccomp profile)"
 		}
 		return fmt.Errorf("%w: isolation failed%s: %w; allow_unsandboxed runs code without it, on trusted single-user machines only",
 			errUnavailable, hint, err)
@@ -253,7 +276,7 @@ func (r *Runner) setup() error {
 	if err := r.probe(ctx, false); err != nil {
 		return fmt.Errorf("%w: unsandboxed run failed: %w", errUnavailable, err)
 	}
-	r.log.Info("sandbox: code interpreter ready", "python", r.python, "isolated", false)
+	r.log.Info("sandbox: code interpreter ready", "python", r.python, "isolation", r.Isolation())
 	return nil
 }
 
@@ -308,7 +331,7 @@ func (r *Runner) run(ctx context.Context, code string, isolated bool, timeout ti
 		uid, gid = r.opts.UID, r.opts.GID
 	}
 	cfg := shimConfig{
-		Isolate: isolated, Dir: dir, Python: r.python, Args: r.opts.PythonArgs,
+		Isolate: isolated, UserNS: isolated && os.Geteuid() != 0, Dir: dir, Python: r.python, Args: r.opts.PythonArgs,
 		Binds: r.binds, UID: uid, GID: gid, DiskBytes: r.opts.DiskBytes,
 		Limits: []limit{
 			{Resource: syscall.RLIMIT_CPU, Soft: uint64(r.opts.CPUSeconds), Hard: uint64(r.opts.CPUSeconds) + 1},
@@ -366,6 +389,11 @@ type shimResult struct {
 // shimConfig is what the shim is told, as JSON in its environment.
 type shimConfig struct {
 	Isolate bool
+	// UserNS isolates in a new user namespace too: the gateway is not root,
+	// so the namespaces are made with the kernel's unprivileged user
+	// namespaces, the code runs as the namespace's root with every
+	// capability dropped, and its files map to the gateway's own user.
+	UserNS bool
 	// Dir is the run's directory: the new root's mount point (isolated)
 	// or the working directory (not).
 	Dir    string

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,12 +30,69 @@ func newRunner(t *testing.T, opts Options) (*Runner, string) {
 		t.Fatal(err)
 	}
 	if err := r.Available(); err != nil {
-		if os.Geteuid() != 0 && !opts.AllowUnsandboxed {
-			t.Skipf("namespace isolation needs root: %v", err)
+		if os.Geteuid() != 0 && !opts.AllowUnsandboxed && os.Getenv(unprivilegedRun) == "" && os.Getenv("CI") == "" {
+			t.Skipf("not root, and this kernel refuses unprivileged user namespaces: %v", err)
 		}
 		t.Fatalf("unavailable: %v", err)
 	}
+	if os.Getenv(unprivilegedRun) != "" && !opts.AllowUnsandboxed && r.Isolation() != IsolationUserNS {
+		t.Fatalf("unprivileged run isolated with %q, want %q", r.Isolation(), IsolationUserNS)
+	}
 	return r, opts.TempDir
+}
+
+// unprivilegedRun marks the re-run of this package's tests as an
+// unprivileged user (TestUnprivileged).
+const unprivilegedRun = "SWITCHYARD_SANDBOX_UNPRIVILEGED_RUN"
+
+// TestUnprivileged re-runs the run, isolation and limit tests as an
+// unprivileged user (nobody), as a non-root container runs the gateway:
+// the sandbox must then isolate with unprivileged user namespaces and
+// still hold every property those tests check.
+func TestUnprivileged(t *testing.T) {
+	if os.Getenv(unprivilegedRun) != "" {
+		return // this is the re-run
+	}
+	if os.Geteuid() != 0 {
+		t.Log("not root: the other tests of this run are the unprivileged ones")
+		return
+	}
+	py, err := exec.LookPath("/usr/bin/python3")
+	if err != nil {
+		t.Fatalf("the unprivileged run needs a python3 every user can run: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "sandbox-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sandbox.test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), bin, "-test.run", "^(TestRun|TestIsolation|TestLimits|TestTightMemoryLimit|TestRunCancelled|TestConcurrentRuns)$", "-test.count=1", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + filepath.Dir(py) + ":/bin", "HOME=" + dir, "TMPDIR=" + dir, unprivilegedRun + "=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the tests as an unprivileged user failed: %v\n%s", err, out)
+	}
+	for _, name := range []string{"TestRun", "TestIsolation", "TestLimits", "TestTightMemoryLimit", "TestRunCancelled", "TestConcurrentRuns"} {
+		if !strings.Contains(string(out), "--- PASS: "+name+" ") {
+			t.Errorf("%s did not pass as an unprivileged user:\n%s", name, out)
+		}
+	}
+	if strings.Contains(string(out), "--- SKIP") {
+		t.Errorf("a test skipped as an unprivileged user:\n%s", out)
+	}
 }
 
 func run(t *testing.T, r *Runner, code string) Result {
@@ -79,6 +137,11 @@ for n in ('RLIMIT_CPU', 'RLIMIT_AS', 'RLIMIT_FSIZE', 'RLIMIT_NPROC', 'RLIMIT_NOF
 			stdout: rootListing(t) + "\n"},
 	}
 	for _, tc := range tests {
+		if tc.name == "unprivileged in its own namespaces" && r.Isolation() == IsolationUserNS {
+			// The user namespace's root: the gateway's own user on the
+			// host, without capabilities (TestIsolation checks them).
+			tc.stdout = "0 0 [] 1 sandbox /mnt/data\n"
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			res := run(t, r, tc.code)
 			if res.ExitCode != tc.exit || res.TimedOut || res.Truncated {
@@ -227,7 +290,7 @@ except OSError as e:
 }
 
 // processesOf lists the host's live (not zombie) processes running as
-// uid, waiting a little for killed ones to die.
+// uid, other than this one, waiting a little for killed ones to die.
 func processesOf(t *testing.T, uid int) []string {
 	t.Helper()
 	var out []string
@@ -247,7 +310,9 @@ func listProcesses(t *testing.T, uid int) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		// Not this test process: in the unprivileged run it has the
+		// sandbox's host uid.
+		if pid, err := strconv.Atoi(e.Name()); err != nil || pid == os.Getpid() {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
@@ -354,6 +419,14 @@ t = threading.Thread(target=lambda: print('thread'))
 t.start(); t.join()`, "hi\nthread\n"},
 	}
 	for _, tc := range tests {
+		if tc.name == "no privilege" && r.Isolation() == IsolationUserNS {
+			// Unprivileged, the code is the user namespace's root, which
+			// is the gateway's own user on the host: setuid(0) is a no-op
+			// there; what matters is that it holds no capability, and
+			// that none can come back at exec (an empty bounding set).
+			tc.code += "\nprint([l.split()[1] for l in open('/proc/self/status') if l.startswith('CapBnd')][0])"
+			tc.want = "root\n1\n0000000000000000\n0000000000000000\n"
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			res := run(t, r, tc.code)
 			if res.Stdout != tc.want || strings.Contains(res.Stdout+res.Stderr, secret) {

@@ -68,6 +68,15 @@ func startShim(ctx context.Context, cfg shimConfig, code io.Reader, stdout, stde
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 	}
+	if cfg.Isolate && cfg.UserNS {
+		// Not root: a user namespace owns the others, with the gateway's
+		// user as its root (the only mapping an unprivileged process may
+		// write), and setgroups denied, as the kernel requires for that.
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
+	}
 	cmd.Cancel = func() error {
 		// Isolated, python is the PID namespace's init: killing it kills
 		// the namespace. The group kill covers the unsandboxed case.
@@ -136,6 +145,11 @@ func shim(encoded string) error {
 		if err := buildRoot(cfg); err != nil {
 			return err
 		}
+		if cfg.UserNS {
+			if err := dropCapabilities(); err != nil {
+				return err
+			}
+		}
 	} else if err := os.Chdir(cfg.Dir); err != nil {
 		return fmt.Errorf("chdir: %w", err)
 	}
@@ -202,6 +216,41 @@ func shim(encoded string) error {
 		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
 	rawFail("exec python: ", errno)
 	return nil // not reached
+}
+
+// dropCapabilities makes sure the code, which runs as the user namespace's
+// root, holds no capability at all, not even within its namespaces: root
+// gets no capabilities at exec (SECBIT_NOROOT), none is left in the
+// bounding set, and the settings are locked so the code cannot undo them.
+func dropCapabilities() error {
+	// linux/securebits.h: NOROOT (bit 0), NO_SETUID_FIXUP (2), KEEP_CAPS
+	// (4), NO_CAP_AMBIENT_RAISE (6), each with its lock at the next bit.
+	const (
+		secbitNoRoot            = 1 << 0
+		secbitNoRootLocked      = 1 << 1
+		secbitNoSetuidFixup     = 1 << 2
+		secbitNoSetuidFixupLock = 1 << 3
+		secbitKeepCapsLocked    = 1 << 5
+		secbitNoAmbientRaise    = 1 << 6
+		secbitNoAmbientLocked   = 1 << 7
+	)
+	const bits = secbitNoRoot | secbitNoRootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLock |
+		secbitKeepCapsLocked | secbitNoAmbientRaise | secbitNoAmbientLocked
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, bits, 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; c <= 63; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				break // past the kernel's last capability
+			}
+			return fmt.Errorf("drop capability %d: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	return nil
 }
 
 // rawFail reports a failure of the shim's last steps on the error pipe and

@@ -151,7 +151,8 @@ func runLikeMakeRun(t *testing.T, bin string, cred *syscall.Credential) {
 	}
 	// A healthy start and stop logs nothing at WARN or above: such a line
 	// must always mean something to the operator. Unprivileged, the one
-	// that does is the code interpreter's: its namespace sandbox needs root.
+	// that may is the code interpreter's, where the kernel refuses
+	// unprivileged user namespaces (this machine allows them).
 	warned := 0
 	for _, line := range strings.Split(stderr.String(), "\n") {
 		var rec struct{ Level, Msg string }
@@ -164,8 +165,8 @@ func runLikeMakeRun(t *testing.T, bin string, cred *syscall.Credential) {
 		}
 		t.Errorf("a healthy run logged %s: %s", rec.Level, line)
 	}
-	if cred != nil && warned != 1 {
-		t.Errorf("unprivileged, the code interpreter's unavailability was logged %d times, want once", warned)
+	if warned > 1 {
+		t.Errorf("the code interpreter's unavailability was logged %d times, want at most once", warned)
 	}
 	if t.Failed() {
 		fmt.Fprintf(os.Stderr, "stderr of the run:\n%s\n", stderr.String())
