@@ -266,6 +266,13 @@ func (s *routeStack) mustAsk(t *testing.T, model, text string) string {
 // admin calls the admin API.
 func (s *routeStack) admin(t *testing.T, method, path string, body any) (int, []byte) {
 	t.Helper()
+	return adminDo(t, s.gw.AdminURL(), s.adminToken, method, path, body)
+}
+
+// adminDo calls an admin API at base with token; body, when not nil, is
+// sent as JSON.
+func adminDo(t *testing.T, base, token, method, path string, body any) (int, []byte) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -274,11 +281,11 @@ func (s *routeStack) admin(t *testing.T, method, path string, body any) (int, []
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, s.gw.AdminURL()+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("authorization", "Bearer "+s.adminToken)
+	req.Header.Set("authorization", "Bearer "+token)
 	req.Header.Set("content-type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

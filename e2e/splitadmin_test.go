@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,18 +32,9 @@ func TestAdminAPIOnSplitControlPlane(t *testing.T) {
 	})
 	s.startDataPlane(t, ctx)
 
-	adminCall := func(method, path, body string) (int, []byte) {
+	adminCall := func(method, path string, body any) (int, []byte) {
 		t.Helper()
-		req, _ := http.NewRequest(method, s.adminURL+path, strings.NewReader(body))
-		req.Header.Set("authorization", "Bearer "+s.adminToken)
-		req.Header.Set("content-type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return adminDo(t, s.adminURL, s.adminToken, method, path, body)
 	}
 	chat := func(key string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+s.listen+"/v1/chat/completions",
@@ -59,7 +49,7 @@ func TestAdminAPIOnSplitControlPlane(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code, _ := adminCall(http.MethodGet, "/admin/v1/keys", ""); code != http.StatusOK {
+	if code, _ := adminCall(http.MethodGet, "/admin/v1/keys", nil); code != http.StatusOK {
 		t.Fatalf("admin API on the control plane: GET keys = %d", code)
 	}
 	req, _ := http.NewRequest(http.MethodGet, s.adminURL+"/admin/v1/keys", nil)
@@ -67,7 +57,7 @@ func TestAdminAPIOnSplitControlPlane(t *testing.T) {
 		t.Fatalf("admin API without the token: %v %v", resp.StatusCode, err)
 	}
 
-	code, body := adminCall(http.MethodPost, "/admin/v1/keys", `{"name":"via-controlplane","tier":"standard"}`)
+	code, body := adminCall(http.MethodPost, "/admin/v1/keys", map[string]string{"name": "via-controlplane", "tier": "standard"})
 	var created struct{ ID, Secret string }
 	if code != http.StatusCreated || json.Unmarshal(body, &created) != nil || created.Secret == "" {
 		t.Fatalf("create key: %d %s", code, body)
@@ -77,14 +67,14 @@ func TestAdminAPIOnSplitControlPlane(t *testing.T) {
 	if atB.Load() != 0 {
 		t.Fatalf("the second provider served %d requests while the first was up", atB.Load())
 	}
-	if code, body := adminCall(http.MethodPost, "/admin/v1/providers/fake-openai/drain", ""); code != http.StatusOK {
+	if code, body := adminCall(http.MethodPost, "/admin/v1/providers/fake-openai/drain", nil); code != http.StatusOK {
 		t.Fatalf("drain: %d %s", code, body)
 	}
 	waitFor(t, 10*time.Second, "the drain to move demo/chat to the second provider", func() bool {
 		before := atB.Load()
 		return chat(created.Secret) == http.StatusOK && atB.Load() == before+1
 	})
-	if code, body := adminCall(http.MethodPost, "/admin/v1/providers/fake-openai/undrain", ""); code != http.StatusOK {
+	if code, body := adminCall(http.MethodPost, "/admin/v1/providers/fake-openai/undrain", nil); code != http.StatusOK {
 		t.Fatalf("undrain: %d %s", code, body)
 	}
 	waitFor(t, 10*time.Second, "the undrain to bring demo/chat back to the first provider", func() bool {
@@ -92,11 +82,11 @@ func TestAdminAPIOnSplitControlPlane(t *testing.T) {
 		return chat(created.Secret) == http.StatusOK && atB.Load() == before
 	})
 
-	if code, body := adminCall(http.MethodPost, "/admin/v1/keys/"+created.ID+"/revoke", ""); code != http.StatusOK {
+	if code, body := adminCall(http.MethodPost, "/admin/v1/keys/"+created.ID+"/revoke", nil); code != http.StatusOK {
 		t.Fatalf("revoke: %d %s", code, body)
 	}
 	waitFor(t, 10*time.Second, "extproc to refuse the revoked key", func() bool { return chat(created.Secret) == http.StatusUnauthorized })
-	if code, _ := adminCall(http.MethodGet, "/readyz", ""); code != http.StatusOK {
+	if code, _ := adminCall(http.MethodGet, "/readyz", nil); code != http.StatusOK {
 		t.Errorf("control plane readiness = %d", code)
 	}
 }

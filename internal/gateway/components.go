@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -146,14 +145,12 @@ func serveControlPlaneAdmin(ctx context.Context, c *Component, cp *controlplane.
 	if err != nil {
 		return fmt.Errorf("gateway: admin: %w", err)
 	}
-	lis, err := net.Listen("tcp", opts.AdminListen)
+	addr, stop, err := serveAdmin(opts.AdminListen, h, c.Ready)
 	if err != nil {
-		return fmt.Errorf("gateway: admin listener: %w", err)
+		return err
 	}
-	srv := &http.Server{Handler: withHealth(h, c.Ready), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
-	c.AdminAddr = lis.Addr()
-	c.closers = append(c.closers, func() { _ = srv.Close() })
+	c.AdminAddr = addr
+	c.closers = append(c.closers, stop)
 	return nil
 }
 

@@ -388,15 +388,25 @@ func startAdmin(g *Gateway, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("gateway: admin: %w", err)
 	}
-	lis, err := net.Listen("tcp", opts.AdminListen)
+	addr, stop, err := serveAdmin(opts.AdminListen, h, g.Ready)
 	if err != nil {
-		return fmt.Errorf("gateway: admin listener: %w", err)
+		return err
 	}
-	srv := &http.Server{Handler: withHealth(h, g.Ready), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
-	g.adminAddr = lis.Addr()
-	g.closers = append(g.closers, func() { _ = srv.Close() })
+	g.adminAddr = addr
+	g.closers = append(g.closers, stop)
 	return nil
+}
+
+// serveAdmin serves the admin handler and the probes (withHealth) on addr
+// until stop is called.
+func serveAdmin(addr string, h http.Handler, ready func() bool) (net.Addr, func(), error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: admin listener: %w", err)
+	}
+	srv := &http.Server{Handler: withHealth(h, ready), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	return lis.Addr(), func() { _ = srv.Close() }, nil
 }
 
 // AdminURL is the admin API's base URL, "" when it is not served.
