@@ -21,10 +21,10 @@ type microSpec struct {
 var microSpecs = []microSpec{
 	{"./extproc", "^(BenchmarkRequestPhase|BenchmarkRequestBody|BenchmarkSSEChunk)$",
 		"extproc: request phase (headers: auth; body: parse, validate, route, rewrite) and the body phase alone; per SSE chunk of the response"},
-	{"./sse", "^BenchmarkFeed$", "sse: splitting one chunk into events"},
-	{"./keys", "^BenchmarkCacheLookup$", "keys: hot-path key lookup (LRU hit)"},
-	{"./dataplane", "^(BenchmarkProxyPassthrough|BenchmarkProxyExtProc)$", "dataplane: a 1 KiB request through the proxy alone, and with the ext_proc round trips (in-process, parallel)"},
-	{"./inprocgrpc", "^BenchmarkProcessExchange$", "inprocgrpc: one ext_proc stream of 5 request-headers exchanges, over loopback TCP gRPC and on the in-process channel"},
+	{"./internal/sse", "^BenchmarkFeed$", "sse: splitting one chunk into events"},
+	{"./internal/keys", "^BenchmarkCacheLookup$", "keys: hot-path key lookup (LRU hit)"},
+	{"./envoy/dataplane", "^(BenchmarkProxyPassthrough|BenchmarkProxyExtProc)$", "dataplane: a 1 KiB request through the proxy alone, and with the ext_proc round trips (in-process, parallel)"},
+	{"./internal/inprocgrpc", "^BenchmarkProcessExchange$", "inprocgrpc: one ext_proc stream of 5 request-headers exchanges, over loopback TCP gRPC and on the in-process channel"},
 	{"./e2e", "^BenchmarkGatewayChat$", "e2e: one chat completion at a time through the whole in-process gateway (data plane, extproc, rate limits, access log) to a fake that answers at once, with the in-process channel and with loopback gRPC"},
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -108,5 +110,15 @@ func TestSVGFourGateways(t *testing.T) {
 	}
 	if strings.Contains(svg, "NaN") {
 		t.Error("NaN in the SVG")
+	}
+}
+
+// The microbenchmarks name packages by path: every one must exist, or
+// make bench reports a failure instead of a number.
+func TestMicroSpecPackagesExist(t *testing.T) {
+	for _, s := range microSpecs {
+		if _, err := os.Stat(filepath.Join("../..", s.pkg)); err != nil {
+			t.Errorf("microbenchmark package %s: %v", s.pkg, err)
+		}
 	}
 }
