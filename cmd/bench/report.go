@@ -214,6 +214,13 @@ func (r *report) write() error {
 	r.writeMemory(w)
 	r.writePromptCache(w)
 	r.writeTargets(w)
+	before, err := committedFigures(o.root, figuresPath(o.out))
+	if err != nil {
+		return err
+	}
+	now := r.figures()
+	regs := compareFigures(before, now)
+	writeRegressions(w, before, regs)
 	r.writeProfiles(w)
 
 	w("## Switchyard configuration used\n\n```yaml\n%s```\n", r.syConfig)
@@ -227,6 +234,12 @@ func (r *report) write() error {
 	if err := os.WriteFile(o.svg, []byte(r.svg()), 0o644); err != nil {
 		return err
 	}
+	if err := writeFigures(figuresPath(o.out), now); err != nil {
+		return err
+	}
+	for _, g := range regs {
+		fmt.Fprintf(os.Stderr, "REGRESSION: %s: %.3f %s, was %.3f (worse by more than %.0f%%)\n", g.Name, g.Value, g.Unit, g.Before, regressionLimit*100)
+	}
 	if i := strings.Index(b.String(), "## Targets"); i >= 0 {
 		t := b.String()[i:]
 		if j := strings.Index(t, "\n## CPU profiles"); j >= 0 {
@@ -234,7 +247,7 @@ func (r *report) write() error {
 		}
 		fmt.Fprintln(os.Stderr, "\n"+strings.TrimSpace(t)+"\n")
 	}
-	logf("wrote %s and %s", o.out, o.svg)
+	logf("wrote %s, %s and %s", o.out, o.svg, figuresPath(o.out))
 	return nil
 }
 

@@ -122,3 +122,50 @@ func TestMicroSpecPackagesExist(t *testing.T) {
 		}
 	}
 }
+
+func TestCompareFigures(t *testing.T) {
+	before := []figure{
+		{Name: "added p50", Value: 0.40, Unit: "ms"},
+		{Name: "rps", Value: 5000, Unit: "req/s", Higher: true},
+		{Name: "allocs", Value: 0, Unit: "allocs/op"},
+		{Name: "steady", Value: 10, Unit: "ms"},
+		{Name: "gone", Value: 1, Unit: "ms"},
+	}
+	now := []figure{
+		{Name: "added p50", Value: 0.50, Unit: "ms"},            // 25% worse: flagged
+		{Name: "rps", Value: 3900, Unit: "req/s", Higher: true}, // 22% worse: flagged
+		{Name: "allocs", Value: 2, Unit: "allocs/op"},           // from none: flagged
+		{Name: "steady", Value: 11.9, Unit: "ms"},               // 19% worse: not flagged
+		{Name: "new", Value: 100, Unit: "ms"},                   // not compared
+	}
+	regs := compareFigures(before, now)
+	var names []string
+	for _, g := range regs {
+		names = append(names, g.Name)
+	}
+	if got, want := strings.Join(names, ","), "allocs,added p50,rps"; got != want {
+		t.Errorf("flagged %q, want %q (worst first)", got, want)
+	}
+	if len(compareFigures(nil, now)) != 0 {
+		t.Error("flagged figures without an earlier run")
+	}
+}
+
+func TestFiguresRoundTrip(t *testing.T) {
+	r := syntheticReport([]int{1, 16}, nil)
+	fs := r.figures()
+	if len(fs) == 0 {
+		t.Fatal("no figures from a report with measurements")
+	}
+	path := filepath.Join(t.TempDir(), "benchmarks.json")
+	if err := writeFigures(path, fs); err != nil {
+		t.Fatal(err)
+	}
+	back, err := readFigures(path)
+	if err != nil || len(back) != len(fs) {
+		t.Fatalf("read back %d figures (%v), wrote %d", len(back), err, len(fs))
+	}
+	if regs := compareFigures(back, fs); len(regs) != 0 {
+		t.Errorf("a run compared with itself flagged %v", regs)
+	}
+}
