@@ -104,7 +104,7 @@ func TestLargeAnswersCountedAgainstTheBudget(t *testing.T) {
 			e.run()
 			id := e.create("alice", e.upload("alice", files.PurposeBatch, chatLines(n)), "/v1/chat/completions").ID
 			b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
-			if b.Status != statusCompleted || b.RequestCounts.Completed != n {
+			if b.Status != StatusCompleted || b.RequestCounts.Completed != n {
 				t.Fatalf("%.300s", raw)
 			}
 			for _, l := range e.lines("alice", b.OutputFileID) {

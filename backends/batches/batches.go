@@ -69,8 +69,12 @@ const (
 // Options configure a Service. DataDir, Files and Gateway are required; for
 // the other fields the zero value means the default.
 type Options struct {
-	// DataDir holds batches.db and the spool directory batches/.
+	// DataDir holds the spool directory batches/ (local scratch, spool.go)
+	// and, when Store is nil, batches.db.
 	DataDir string
+	// Store keeps the batches (default: the SQLite store in
+	// DataDir/batches.db, OpenSQLiteStore). The Service closes it.
+	Store Store
 	// Files is where input files are read and output files stored
 	// (*files.Store).
 	Files FileStore
@@ -185,7 +189,7 @@ func (o *Options) defaults() {
 // Service is the Batch API and its runner. Handler serves the API; Run
 // executes batches until its context ends. It is safe for concurrent use.
 type Service struct {
-	store *store
+	store Store
 	files FileStore
 	gw    Gateway
 	opts  Options
@@ -215,13 +219,22 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		return nil, errors.New("batches: a file store and a gateway are required")
 	}
 	opts.defaults()
-	st, err := openStore(ctx, opts.DataDir)
-	if err != nil {
-		return nil, err
+	if opts.DataDir == "" {
+		return nil, errors.New("batches: open: empty data directory")
 	}
-	spool := filepath.Join(st.dir, "batches")
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("batches: open: %w", err)
+	}
+	st := opts.Store
+	if st == nil {
+		if st, err = OpenSQLiteStore(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
+	spool := filepath.Join(dir, "batches")
 	if err := os.MkdirAll(spool, 0o700); err != nil {
-		st.close()
+		st.Close()
 		return nil, fmt.Errorf("batches: open: %w", err)
 	}
 	return &Service{
@@ -238,7 +251,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	}, nil
 }
 
-// Close closes the database. Run must have returned.
+// Close closes the store. Run must have returned.
 func (s *Service) Close() error {
-	return s.store.close()
+	return s.store.Close()
 }

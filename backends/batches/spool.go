@@ -12,6 +12,25 @@ import (
 	"github.com/tidwall/gjson"
 )
 
+// The spool is the runner's local state, outside the Store: one directory
+// DATA_DIR/batches/<id>/ per batch this process is running, holding
+//
+//   - input.jsonl, a snapshot of the input file (a copy out of the files
+//     store, made when the batch is first read): scratch, it can always be
+//     made again while the input file exists;
+//   - output.jsonl and errors.jsonl, the results so far: the only copy of
+//     them until finish turns them into batch_output files in the files
+//     store. They are what makes a resumed batch skip the lines already
+//     answered, and the Store's counts are checkpoints of them (synced
+//     first, so the Store never counts a result the spool could lose).
+//
+// So the spool is durable only on this machine's disk: a batch resumes
+// here, after a restart, and not on another replica. Moving the results
+// into shared storage (so a line whose result is recorded is never sent
+// again whichever replica resumes the batch, and the output is assembled in
+// object storage) is the fleet-storage issue's; everything the API reads
+// about a batch is in the Store already.
+
 // Spool file names inside DATA_DIR/batches/<id>/.
 const (
 	spoolOutput = "output.jsonl"
@@ -72,7 +91,7 @@ type spool struct {
 // result (when asked for) and the counts and usage of those results.
 type spoolState struct {
 	done   map[idKey]struct{} // nil unless asked for
-	counts counts
+	counts Counts
 }
 
 // openSpool opens (creating) the spool files in dir and reads what they
@@ -158,7 +177,7 @@ func scanSpool(f *os.File, maxLine int, output bool, st *spoolState) error {
 // addUsage adds a response's usage object: chat completions and embeddings
 // (prompt_tokens, completion_tokens) or responses (input_tokens,
 // output_tokens). One pass over its keys: it runs for every result.
-func (c *counts) addUsage(u gjson.Result) {
+func (c *Counts) addUsage(u gjson.Result) {
 	if !u.IsObject() {
 		return
 	}
@@ -219,7 +238,7 @@ const spoolInput = "input.jsonl"
 // made now from the files store if there is none yet. It is an error
 // wrapping files.ErrNotFound when there is no snapshot and the input file is
 // gone.
-func (s *Service) openInput(ctx context.Context, b batch) (*os.File, error) {
+func (s *Service) openInput(ctx context.Context, b Batch) (*os.File, error) {
 	dir := filepath.Join(s.spoolDir, b.ID)
 	dst := filepath.Join(dir, spoolInput)
 	f, err := os.Open(dst)
