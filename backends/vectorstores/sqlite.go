@@ -655,12 +655,21 @@ func (s *SQLiteStore) Finish(ctx context.Context, j Job, status, code, msg strin
 	if status != StatusCompleted {
 		chunks = "0"
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET status = ?, error_code = ?, error_message = ?, usage_bytes = ?, chunks = `+chunks+`
+	res, err := tx.ExecContext(ctx, `UPDATE store_files SET status = ?, error_code = ?, error_message = ?, usage_bytes = ?, chunks = `+chunks+`
 		WHERE store_id = ? AND file_id = ? AND gen = ? AND status = ?`,
-		status, nullString(code), nullString(msg), usage, j.StoreID, j.FileID, j.Gen, StatusInProgress); err != nil {
+		status, nullString(code), nullString(msg), usage, j.StoreID, j.FileID, j.Gen, StatusInProgress)
+	if err != nil {
 		return err
 	}
-	if status != StatusCompleted {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	// Only the attempt that records the outcome drops the chunks: a late
+	// failure (another indexer of the same generation) must not empty a
+	// file already completed. Chunks of a detached generation are the
+	// sweeper's.
+	if n == 1 && status != StatusCompleted {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
 			j.StoreID, j.FileID, j.Gen); err != nil {
 			return err
