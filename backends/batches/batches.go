@@ -1,15 +1,16 @@
 // Package batches owns /v1/batches, OpenAI's Batch API: creating, getting,
 // listing and cancelling batches, and the runner that executes them. A batch
-// is stored in SQLite (DATA_DIR/batches.db, its own file); while it runs, its
-// results are appended to spool files under DATA_DIR/batches/<id>/, which
-// become batch_output files in the files store when it ends.
+// is kept in a Store (store.go; by default SQLite, DATA_DIR/batches.db, its
+// own file); while it runs, its results are appended to spool files under
+// DATA_DIR/batches/<id>/ (local to this process, spool.go), which become
+// batch_output files in the files store when it ends.
 //
 // The runner streams the input file twice: once to validate it (the set of
 // custom_ids, hashed, is the only per-line state kept) and once to send each
 // line's body, byte for byte, through the gateway on behalf of the owner
 // (origin batch), with a per-batch and a global concurrency limit. It reads
-// the input through a snapshot in the spool directory (a hard link to the
-// blob, made when the batch is first read), so a batch that has started is
+// the input through a snapshot in the spool directory (a copy of its
+// content, made when the batch is first read), so a batch that has started is
 // not affected by its input file being deleted or expiring. It resumes after
 // a restart from the spool files, so a line whose result was written is
 // never sent again. docs/backends-design.md is the contract:
