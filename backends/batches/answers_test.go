@@ -133,7 +133,7 @@ func TestLargeAnswersCountedAgainstTheBudget(t *testing.T) {
 // allocations left are the ids and the usage lookup.
 func TestSmallAnswerLineAllocations(t *testing.T) {
 	dir := t.TempDir()
-	sp, _, err := openSpool(filepath.Join(dir, "b"), 1<<20, false)
+	sp, _, err := openSpoolDir(filepath.Join(dir, "b"), 1<<20, false)
 	if err != nil {
 		t.Fatal(err)
 	}

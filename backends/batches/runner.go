@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -103,25 +101,6 @@ func (s *Service) signalCancel(id string) {
 	}
 }
 
-// sweepSpools removes spool directories left by batches that ended (or no
-// longer exist) before their directory could be removed.
-func (s *Service) sweepSpools(ctx context.Context) {
-	entries, err := os.ReadDir(s.spoolDir)
-	if err != nil {
-		s.log.Warn("batches: listing spool directories failed", "err", err)
-		return
-	}
-	for _, e := range entries {
-		active, err := s.store.IsActive(ctx, e.Name())
-		if err != nil || active {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(s.spoolDir, e.Name())); err != nil {
-			s.log.Warn("batches: removing a leftover spool directory failed", "batch", e.Name(), "err", err)
-		}
-	}
-}
-
 // runJob drives one batch to a terminal state. An internal failure (the
 // database, the disk) is retried after RestartDelay: the batch's state is
 // in the database and its spool files, so starting over is safe.
@@ -173,12 +152,6 @@ func (s *Service) advance(ctx context.Context, j *job) error {
 }
 
 func (s *Service) expired(b Batch) bool { return s.opts.Now().Unix() >= b.ExpiresAt }
-
-func (s *Service) removeSpool(id string) {
-	if err := os.RemoveAll(filepath.Join(s.spoolDir, id)); err != nil {
-		s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
-	}
-}
 
 // inputGone fails a batch whose input file was deleted before the batch
 // could read it all, keeping whatever results it has.
@@ -234,26 +207,25 @@ func (s *Service) validateBatch(ctx context.Context, j *job, b Batch) error {
 // between making a file and recording it leaves one orphaned file, which
 // expires with the others.)
 func (s *Service) finish(ctx context.Context, b Batch, from, to string, errs []BatchError) error {
-	dir := filepath.Join(s.spoolDir, b.ID)
 	c := b.Counts
-	if _, err := os.Stat(dir); err == nil {
-		sp, st, err := openSpool(dir, s.maxSpoolLine(), false)
+	if ok, err := s.hasSpool(b.ID); err != nil {
+		return err
+	} else if ok {
+		sp, st, err := s.openSpool(b.ID, false)
 		if err != nil {
 			return err
 		}
 		c.Completed, c.Failed = st.counts.Completed, st.counts.Failed
 		c.InputTokens, c.CachedTokens = st.counts.InputTokens, st.counts.CachedTokens
 		c.OutputTokens, c.ReasoningTokens, c.TotalTokens = st.counts.OutputTokens, st.counts.ReasoningTokens, st.counts.TotalTokens
-		err = s.makeFile(ctx, b, sp.out.f, "output", b.OutputFileID)
+		err = s.makeFile(ctx, b, sp.out, "output", b.OutputFileID)
 		if err == nil {
-			err = s.makeFile(ctx, b, sp.errs.f, "error", b.ErrorFileID)
+			err = s.makeFile(ctx, b, sp.errs, "error", b.ErrorFileID)
 		}
 		sp.close()
 		if err != nil {
 			return err
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("spool: %w", err)
 	}
 	ok, err := s.store.Transition(ctx, b.ID, []string{from}, to, s.opts.Now(), Change{Counts: &c, Errors: errs})
 	if err != nil {
@@ -269,19 +241,16 @@ func (s *Service) finish(ctx context.Context, b Batch, from, to string, errs []B
 // makeFile stores one spool file as a batch_output file, unless it is empty
 // (OpenAI sets output_file_id only when there were successes, and
 // error_file_id only when there were failures) or already stored.
-func (s *Service) makeFile(ctx context.Context, b Batch, f *os.File, kind, have string) error {
+func (s *Service) makeFile(ctx context.Context, b Batch, sf *spoolFile, kind, have string) error {
 	if have != "" {
 		return nil
 	}
-	fi, err := f.Stat()
+	f, size, err := sf.content()
 	if err != nil {
-		return fmt.Errorf("spool: %w", err)
+		return err
 	}
-	if fi.Size() == 0 {
+	if size == 0 {
 		return nil
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("spool: %w", err)
 	}
 	retention := outputRetention
 	if b.OutputExpiresAfter > 0 {
@@ -293,7 +262,7 @@ func (s *Service) makeFile(ctx context.Context, b Batch, f *os.File, kind, have 
 		Purpose:   "batch_output",
 		CreatedAt: now,
 		ExpiresAt: now.Add(retention),
-	}, f, fi.Size())
+	}, f, size)
 	if err != nil {
 		return fmt.Errorf("store %s file: %w", kind, err)
 	}
@@ -356,7 +325,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 	if s.expired(b) {
 		return s.expire(ctx, b)
 	}
-	sp, st, err := openSpool(filepath.Join(s.spoolDir, b.ID), s.maxSpoolLine(), true)
+	sp, st, err := s.openSpool(b.ID, true)
 	if err != nil {
 		return err
 	}
@@ -447,7 +416,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 // the lines that never started get batch_expired results, and the partial
 // files are kept.
 func (s *Service) expire(ctx context.Context, b Batch) error {
-	if err := s.writeExpired(ctx, b, filepath.Join(s.spoolDir, b.ID)); err != nil {
+	if err := s.writeExpired(ctx, b); err != nil {
 		return err
 	}
 	return s.finish(ctx, b, StatusInProgress, StatusExpired, nil)
@@ -455,8 +424,8 @@ func (s *Service) expire(ctx context.Context, b Batch) error {
 
 // writeExpired gives every line of the input without a result in the spool a
 // batch_expired error result. It is a no-op when every line has one.
-func (s *Service) writeExpired(ctx context.Context, b Batch, dir string) error {
-	sp, st, err := openSpool(dir, s.maxSpoolLine(), true)
+func (s *Service) writeExpired(ctx context.Context, b Batch) error {
+	sp, st, err := s.openSpool(b.ID, true)
 	if err != nil {
 		return err
 	}

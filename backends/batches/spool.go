@@ -29,7 +29,10 @@ import (
 // into shared storage (so a line whose result is recorded is never sent
 // again whichever replica resumes the batch, and the output is assembled in
 // object storage) is the fleet-storage issue's; everything the API reads
-// about a batch is in the Store already.
+// about a batch is in the Store already. Everything the runner does on the
+// local disk is in this file (spoolPath, hasSpool, openSpool, openInput,
+// removeSpool, sweepSpools, spoolFile.content): runner.go and handler.go
+// name no path, so this file is the seam that work replaces.
 
 // Spool file names inside DATA_DIR/batches/<id>/.
 const (
@@ -87,6 +90,68 @@ type spool struct {
 	out, errs *spoolFile
 }
 
+// spoolPath is batch id's spool directory.
+func (s *Service) spoolPath(id string) string { return filepath.Join(s.spoolDir, id) }
+
+// hasSpool reports whether batch id has a spool directory.
+func (s *Service) hasSpool(id string) (bool, error) {
+	_, err := os.Stat(s.spoolPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("spool: %w", err)
+	}
+	return true, nil
+}
+
+// openSpool opens batch id's result files (openSpoolDir).
+func (s *Service) openSpool(id string, withDone bool) (*spool, spoolState, error) {
+	return openSpoolDir(s.spoolPath(id), s.maxSpoolLine(), withDone)
+}
+
+func (s *Service) removeSpool(id string) {
+	if err := os.RemoveAll(s.spoolPath(id)); err != nil {
+		s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
+	}
+}
+
+// sweepSpools removes spool directories left by batches that ended (or no
+// longer exist) before their directory could be removed.
+func (s *Service) sweepSpools(ctx context.Context) {
+	entries, err := os.ReadDir(s.spoolDir)
+	if err != nil {
+		s.log.Warn("batches: listing spool directories failed", "err", err)
+		return
+	}
+	for _, e := range entries {
+		active, err := s.store.IsActive(ctx, e.Name())
+		if err != nil || active {
+			continue
+		}
+		if err := os.RemoveAll(s.spoolPath(e.Name())); err != nil {
+			s.log.Warn("batches: removing a leftover spool directory failed", "batch", e.Name(), "err", err)
+		}
+	}
+}
+
+// content returns the file's results from the start, and their size.
+func (sf *spoolFile) content() (io.Reader, int64, error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.f == nil {
+		return nil, 0, fmt.Errorf("spool: %w", errSpoolClosed)
+	}
+	fi, err := sf.f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("spool: %w", err)
+	}
+	if _, err := sf.f.Seek(0, io.SeekStart); err != nil {
+		return nil, 0, fmt.Errorf("spool: %w", err)
+	}
+	return io.LimitReader(sf.f, fi.Size()), fi.Size(), nil
+}
+
 // spoolState is what the spool files already hold: the custom_ids with a
 // result (when asked for) and the counts and usage of those results.
 type spoolState struct {
@@ -94,12 +159,12 @@ type spoolState struct {
 	counts Counts
 }
 
-// openSpool opens (creating) the spool files in dir and reads what they
+// openSpoolDir opens (creating) the spool files in dir and reads what they
 // hold. Everything after the last complete, well-formed line (a line cut
 // short by a crash) is truncated away, so the files hold whole results only
 // and those lines' custom_ids are sent again. withDone asks for the set of
 // custom_ids done.
-func openSpool(dir string, maxLine int, withDone bool) (*spool, spoolState, error) {
+func openSpoolDir(dir string, maxLine int, withDone bool) (*spool, spoolState, error) {
 	var st spoolState
 	if withDone {
 		st.done = map[idKey]struct{}{}
@@ -239,7 +304,7 @@ const spoolInput = "input.jsonl"
 // wrapping files.ErrNotFound when there is no snapshot and the input file is
 // gone.
 func (s *Service) openInput(ctx context.Context, b Batch) (*os.File, error) {
-	dir := filepath.Join(s.spoolDir, b.ID)
+	dir := s.spoolPath(b.ID)
 	dst := filepath.Join(dir, spoolInput)
 	f, err := os.Open(dst)
 	if err == nil {
