@@ -103,7 +103,7 @@ func TestLargeAnswersCountedAgainstTheBudget(t *testing.T) {
 			})
 			e.run()
 			id := e.create("alice", e.upload("alice", files.PurposeBatch, chatLines(n)), "/v1/chat/completions").ID
-			b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
+			b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
 			if b.Status != StatusCompleted || b.RequestCounts.Completed != n {
 				t.Fatalf("%.300s", raw)
 			}

@@ -36,7 +36,7 @@ func TestInputDeletedMidRunSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.restart()
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
 	if b.Status != StatusCompleted || b.RequestCounts.Total != n || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 {
 		t.Fatalf("after the input was deleted and the runner restarted: %s", raw)
 	}
@@ -99,7 +99,7 @@ func TestInFlightBudgetCountsCustomIDs(t *testing.T) {
 		sb.WriteByte('\n')
 	}
 	id := e.create("alice", e.upload("alice", files.PurposeBatch, sb.String()), "/v1/chat/completions").ID
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
 	if b.Status != StatusCompleted || b.RequestCounts.Completed != 6 {
 		t.Fatalf("%.300s", raw)
 	}
@@ -166,7 +166,7 @@ func TestWindowEndsWithEveryLineInFlight(t *testing.T) {
 	clk.Advance(24*time.Hour + time.Second)
 	time.Sleep(10 * e.opts.ProgressInterval) // the runner notices the window has ended
 	close(gw.open)
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
 	if b.Status != StatusCompleted || b.RequestCounts.Completed != 3 || b.ErrorFileID != "" {
 		t.Errorf("every line answered, yet: %s", raw)
 	}
@@ -198,7 +198,7 @@ func TestResponseTooLargeNotRetried(t *testing.T) {
 	})
 	e.run()
 	id := e.create("alice", e.upload("alice", files.PurposeBatch, chatLines(2)), "/v1/chat/completions").ID
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
 	if b.Status != StatusCompleted || b.RequestCounts.Failed != 2 || b.RequestCounts.Completed != 0 {
 		t.Fatalf("%s", raw)
 	}

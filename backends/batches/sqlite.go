@@ -291,7 +291,7 @@ func (s *SQLiteStore) IsActive(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("batches: status: %w", err)
 	}
-	return !terminal(status), nil
+	return !Terminal(status), nil
 }
 
 // sets turns ch into column assignments; the columns are constants of

@@ -95,8 +95,6 @@ func Terminal(status string) bool {
 	return false
 }
 
-func terminal(status string) bool { return Terminal(status) }
-
 // StampOf returns the timestamp field of b that entering status sets, nil
 // for a status without one (validating).
 func StampOf(b *Batch, status string) *int64 {
