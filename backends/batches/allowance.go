@@ -20,7 +20,7 @@ import (
 
 // allowanceFor returns the caller's daily line allowance, nil when none
 // applies (no LinesPerDay, or a tier without a cap).
-func (s *Service) allowanceFor(c caller.Caller) *allowance {
+func (s *Service) allowanceFor(c caller.Caller) *Allowance {
 	if s.opts.LinesPerDay == nil {
 		return nil
 	}
@@ -28,7 +28,7 @@ func (s *Service) allowanceFor(c caller.Caller) *allowance {
 	if !limited {
 		return nil
 	}
-	return &allowance{linesPerDay: max(n, 0)}
+	return &Allowance{LinesPerDay: max(n, 0)}
 }
 
 // countLines counts the request lines (non-blank lines) of owner's input
@@ -72,11 +72,11 @@ func overAllowance(tier string, limit int64) *apierror.Error {
 
 // allowanceReached is the 429 for a batch that does not fit in what is left
 // of the allowance now, with when it will.
-func allowanceReached(tier string, al *allowance, requested int64, now time.Time) *apierror.Error {
-	wait := max(al.resetAt-now.Unix(), 1)
+func allowanceReached(tier string, al *Allowance, requested int64, now time.Time) *apierror.Error {
+	wait := max(al.ResetAt-now.Unix(), 1)
 	return &apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeRequests, Code: "batch_line_limit_exceeded",
 		RetryAfter: int(wait),
 		Message: fmt.Sprintf("Batch line limit reached for lines per day (any 24 hours) on tier %s: Limit %d, Used %d, Requested %d. "+
 			"Enough lines leave the 24-hour window in %s; please try again then.",
-			tier, al.linesPerDay, al.used, requested, time.Duration(wait)*time.Second)}
+			tier, al.LinesPerDay, al.Used, requested, time.Duration(wait)*time.Second)}
 }

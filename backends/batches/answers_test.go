@@ -103,8 +103,8 @@ func TestLargeAnswersCountedAgainstTheBudget(t *testing.T) {
 			})
 			e.run()
 			id := e.create("alice", e.upload("alice", files.PurposeBatch, chatLines(n)), "/v1/chat/completions").ID
-			b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
-			if b.Status != statusCompleted || b.RequestCounts.Completed != n {
+			b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
+			if b.Status != StatusCompleted || b.RequestCounts.Completed != n {
 				t.Fatalf("%.300s", raw)
 			}
 			for _, l := range e.lines("alice", b.OutputFileID) {
@@ -133,7 +133,7 @@ func TestLargeAnswersCountedAgainstTheBudget(t *testing.T) {
 // allocations left are the ids and the usage lookup.
 func TestSmallAnswerLineAllocations(t *testing.T) {
 	dir := t.TempDir()
-	sp, _, err := openSpool(filepath.Join(dir, "b"), 1<<20, false)
+	sp, _, err := openSpoolDir(filepath.Join(dir, "b"), 1<<20, false)
 	if err != nil {
 		t.Fatal(err)
 	}

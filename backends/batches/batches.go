@@ -1,15 +1,16 @@
 // Package batches owns /v1/batches, OpenAI's Batch API: creating, getting,
 // listing and cancelling batches, and the runner that executes them. A batch
-// is stored in SQLite (DATA_DIR/batches.db, its own file); while it runs, its
-// results are appended to spool files under DATA_DIR/batches/<id>/, which
-// become batch_output files in the files store when it ends.
+// is kept in a Store (store.go; by default SQLite, DATA_DIR/batches.db, its
+// own file); while it runs, its results are appended to spool files under
+// DATA_DIR/batches/<id>/ (local to this process, spool.go), which become
+// batch_output files in the files store when it ends.
 //
 // The runner streams the input file twice: once to validate it (the set of
 // custom_ids, hashed, is the only per-line state kept) and once to send each
 // line's body, byte for byte, through the gateway on behalf of the owner
 // (origin batch), with a per-batch and a global concurrency limit. It reads
-// the input through a snapshot in the spool directory (a hard link to the
-// blob, made when the batch is first read), so a batch that has started is
+// the input through a snapshot in the spool directory (a copy of its
+// content, made when the batch is first read), so a batch that has started is
 // not affected by its input file being deleted or expiring. It resumes after
 // a restart from the spool files, so a line whose result was written is
 // never sent again. docs/backends-design.md is the contract:
@@ -69,8 +70,12 @@ const (
 // Options configure a Service. DataDir, Files and Gateway are required; for
 // the other fields the zero value means the default.
 type Options struct {
-	// DataDir holds batches.db and the spool directory batches/.
+	// DataDir holds the spool directory batches/ (local scratch, spool.go)
+	// and, when Store is nil, batches.db.
 	DataDir string
+	// Store keeps the batches (default: the SQLite store in
+	// DataDir/batches.db, OpenSQLiteStore). The Service closes it.
+	Store Store
 	// Files is where input files are read and output files stored
 	// (*files.Store).
 	Files FileStore
@@ -185,7 +190,7 @@ func (o *Options) defaults() {
 // Service is the Batch API and its runner. Handler serves the API; Run
 // executes batches until its context ends. It is safe for concurrent use.
 type Service struct {
-	store *store
+	store Store
 	files FileStore
 	gw    Gateway
 	opts  Options
@@ -215,13 +220,22 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		return nil, errors.New("batches: a file store and a gateway are required")
 	}
 	opts.defaults()
-	st, err := openStore(ctx, opts.DataDir)
-	if err != nil {
-		return nil, err
+	if opts.DataDir == "" {
+		return nil, errors.New("batches: open: empty data directory")
 	}
-	spool := filepath.Join(st.dir, "batches")
+	dir, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("batches: open: %w", err)
+	}
+	st := opts.Store
+	if st == nil {
+		if st, err = OpenSQLiteStore(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
+	spool := filepath.Join(dir, "batches")
 	if err := os.MkdirAll(spool, 0o700); err != nil {
-		st.close()
+		st.Close()
 		return nil, fmt.Errorf("batches: open: %w", err)
 	}
 	return &Service{
@@ -238,7 +252,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	}, nil
 }
 
-// Close closes the database. Run must have returned.
+// Close closes the store. Run must have returned.
 func (s *Service) Close() error {
-	return s.store.close()
+	return s.store.Close()
 }

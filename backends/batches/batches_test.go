@@ -109,7 +109,7 @@ func TestCreateErrors(t *testing.T) {
 		}
 		schematest.Conforms(t, "Batch", body)
 		b := decode[batchView](t, body)
-		if b.Status != statusValidating || len(b.Metadata) != 16 || b.ExpiresAt != b.CreatedAt+24*3600 {
+		if b.Status != StatusValidating || len(b.Metadata) != 16 || b.ExpiresAt != b.CreatedAt+24*3600 {
 			t.Errorf("created batch: %s", body)
 		}
 	})
@@ -179,7 +179,7 @@ func TestValidationFailures(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id := e.create("alice", e.upload("alice", files.PurposeBatch, tt.input), "/v1/chat/completions").ID
-			b, raw := e.waitStatus("alice", id, statusFailed)
+			b, raw := e.waitStatus("alice", id, StatusFailed)
 			schematest.Conforms(t, "Batch", raw)
 			if b.FailedAt == 0 || b.InProgressAt != 0 || b.OutputFileID != "" || b.ErrorFileID != "" {
 				t.Errorf("failed batch: %s", raw)
@@ -208,7 +208,7 @@ func TestValidationFailures(t *testing.T) {
 			sb.WriteString("not json\n")
 		}
 		id := e.create("alice", e.upload("alice", files.PurposeBatch, sb.String()), "/v1/chat/completions").ID
-		b, _ := e.waitStatus("alice", id, statusFailed)
+		b, _ := e.waitStatus("alice", id, StatusFailed)
 		if len(b.Errors.Data) != maxValidationErrors {
 			t.Errorf("%d errors, want the cap %d", len(b.Errors.Data), maxValidationErrors)
 		}
@@ -263,7 +263,7 @@ func TestLifecycle(t *testing.T) {
 			e := newEnv(t, envConfig{})
 			e.run()
 			created := e.create("alice", e.upload("alice", files.PurposeBatch, strings.Join(tt.lines, "\n")), tt.endpoint)
-			b, raw := e.waitStatus("alice", created.ID, statusCompleted)
+			b, raw := e.waitStatus("alice", created.ID, StatusCompleted)
 			schematest.Conforms(t, "Batch", raw)
 
 			total := len(tt.ok) + len(tt.failed)
@@ -371,7 +371,7 @@ func TestOwnerIsolation(t *testing.T) {
 	}
 	code, body, _ = e.call("bob", http.MethodGet, "/v1/batches?after="+id, "")
 	wantError(t, code, body, 400, "invalid_value", "after")
-	if b, _ := e.get("alice", id); b.Status != statusValidating {
+	if b, _ := e.get("alice", id); b.Status != StatusValidating {
 		t.Errorf("bob's cancel touched alice's batch: %s", b.Status)
 	}
 }
@@ -393,7 +393,7 @@ func TestActiveLimit(t *testing.T) {
 	// A cancelled batch no longer counts. (Without a runner it stays
 	// cancelling, which still counts; the runner finishes it.)
 	code, resp, _ = e.call("alice", http.MethodPost, "/v1/batches/"+ids[0]+"/cancel", "")
-	if code != 200 || decode[batchView](t, resp).Status != statusCancelling {
+	if code != 200 || decode[batchView](t, resp).Status != StatusCancelling {
 		t.Fatalf("cancel: %d %s", code, resp)
 	}
 	code, _, _ = e.call("alice", http.MethodPost, "/v1/batches", body)
@@ -401,12 +401,12 @@ func TestActiveLimit(t *testing.T) {
 		t.Errorf("cancelling batch should still count: %d", code)
 	}
 	e.run()
-	b, raw := e.waitStatus("alice", ids[0], statusCancelled)
+	b, raw := e.waitStatus("alice", ids[0], StatusCancelled)
 	if b.CancellingAt == 0 || b.CancelledAt == 0 || b.InProgressAt != 0 {
 		t.Errorf("cancelled while validating: %s", raw)
 	}
 	for _, id := range ids[1:] {
-		e.waitStatus("alice", id, statusCompleted)
+		e.waitStatus("alice", id, StatusCompleted)
 	}
 	code, resp, _ = e.call("alice", http.MethodPost, "/v1/batches", body)
 	if code != 200 {
@@ -475,10 +475,10 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
 	schematest.Conforms(t, "Batch", body)
-	if b := decode[batchView](t, body); b.Status != statusCancelling && b.Status != statusCancelled || b.CancellingAt == 0 {
+	if b := decode[batchView](t, body); b.Status != StatusCancelling && b.Status != StatusCancelled || b.CancellingAt == 0 {
 		t.Errorf("cancel answered %s", body)
 	}
-	b, raw := e.waitStatus("alice", id, statusCancelled)
+	b, raw := e.waitStatus("alice", id, StatusCancelled)
 	schematest.Conforms(t, "Batch", raw)
 	if b.CancelledAt == 0 || b.CompletedAt != 0 || b.RequestCounts.Total != n {
 		t.Errorf("cancelled batch: %s", raw)
@@ -508,7 +508,7 @@ func TestExpiry(t *testing.T) {
 	e.wait("alice", id, "partly done", func(b batchView) bool { return b.RequestCounts.Completed >= 8 })
 	clk.Advance(24*time.Hour + time.Second)
 
-	b, raw := e.waitStatus("alice", id, statusExpired)
+	b, raw := e.waitStatus("alice", id, StatusExpired)
 	schematest.Conforms(t, "Batch", raw)
 	if b.ExpiredAt < b.ExpiresAt || b.CompletedAt != 0 || b.RequestCounts.Total != n ||
 		b.RequestCounts.Completed+b.RequestCounts.Failed != n {
@@ -543,7 +543,7 @@ func TestExpiredBeforeStart(t *testing.T) {
 	id := e.create("alice", e.upload("alice", files.PurposeBatch, chatLines(3)), "/v1/chat/completions").ID
 	clk.Advance(25 * time.Hour)
 	e.run()
-	b, raw := e.waitStatus("alice", id, statusExpired)
+	b, raw := e.waitStatus("alice", id, StatusExpired)
 	if b.OutputFileID != "" || b.ErrorFileID != "" || b.ExpiredAt == 0 {
 		t.Errorf("%s", raw)
 	}
@@ -564,7 +564,7 @@ func TestResume(t *testing.T) {
 	e.stop()
 
 	b, _ := e.get("alice", id)
-	if b.Status != statusInProgress {
+	if b.Status != StatusInProgress {
 		t.Fatalf("after stop: %s", b.Status)
 	}
 	spool := filepath.Join(e.dir, "batches", id, spoolOutput)
@@ -585,7 +585,7 @@ func TestResume(t *testing.T) {
 	f.Close()
 
 	e.restart()
-	b, raw := e.waitStatus("alice", id, statusCompleted)
+	b, raw := e.waitStatus("alice", id, StatusCompleted)
 	if b.RequestCounts.Total != n+1 || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 1 {
 		t.Errorf("counts after resume: %s", raw)
 	}
@@ -610,25 +610,25 @@ func TestResumeStates(t *testing.T) {
 	ctx := context.Background()
 	input := e.upload("alice", files.PurposeBatch, chatLines(2))
 	ids := map[string]string{}
-	for _, st := range []string{statusValidating, statusFinalizing, statusCancelling} {
+	for _, st := range []string{StatusValidating, StatusFinalizing, StatusCancelling} {
 		id := e.create("alice", input, "/v1/chat/completions").ID
 		ids[st] = id
-		if st == statusValidating {
+		if st == StatusValidating {
 			continue
 		}
 		// Results already spooled by the previous process.
 		dir := filepath.Join(e.dir, "batches", id)
 		os.MkdirAll(dir, 0o700)
 		os.WriteFile(filepath.Join(dir, spoolOutput), []byte(`{"id":"batch_req_1","custom_id":"req-0","response":{"status_code":200,"request_id":"r","body":{"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}},"error":null}`+"\n"), 0o600)
-		if _, err := e.svc.store.transition(ctx, id, []string{statusValidating}, st, time.Now(), set{"total", int64(2)}); err != nil {
+		if _, err := e.svc.store.Transition(ctx, id, []string{StatusValidating}, st, time.Now(), Change{Total: new(int64(2))}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.run()
-	want := map[string]string{statusValidating: statusCompleted, statusFinalizing: statusCompleted, statusCancelling: statusCancelled}
+	want := map[string]string{StatusValidating: StatusCompleted, StatusFinalizing: StatusCompleted, StatusCancelling: StatusCancelled}
 	for from, id := range ids {
 		b, raw := e.waitStatus("alice", id, want[from])
-		if from != statusValidating && (b.RequestCounts.Completed != 1 || b.Usage.TotalTokens != 5 || b.OutputFileID == "") {
+		if from != StatusValidating && (b.RequestCounts.Completed != 1 || b.Usage.TotalTokens != 5 || b.OutputFileID == "") {
 			t.Errorf("%s -> %s: %s", from, want[from], raw)
 		}
 	}
@@ -652,7 +652,7 @@ func TestRetries(t *testing.T) {
 			e := newEnv(t, envConfig{opts: Options{MaxRetries: 3}, wrap: func(g Gateway) Gateway { tt.gw.next = g; return tt.gw }})
 			e.run()
 			id := e.create("alice", e.upload("alice", files.PurposeBatch, chatLines(5)), "/v1/chat/completions").ID
-			b, raw := e.waitStatus("alice", id, statusCompleted)
+			b, raw := e.waitStatus("alice", id, StatusCompleted)
 			if b.RequestCounts.Completed != tt.completed || b.RequestCounts.Failed != 5-tt.completed {
 				t.Errorf("counts: %s", raw)
 			}
@@ -683,7 +683,7 @@ func TestLongLine(t *testing.T) {
 	big := strings.Repeat("word ", 1<<20) // 5 MiB
 	input := chatLine("small", "m", "hi") + "\n" + chatLine("big", "m", big) + "\n"
 	id := e.create("alice", e.upload("alice", files.PurposeBatch, input), "/v1/chat/completions").ID
-	b, raw := e.waitStatus("alice", id, statusCompleted)
+	b, raw := e.waitStatus("alice", id, StatusCompleted)
 	if b.RequestCounts.Completed != 2 {
 		t.Fatalf("%s", raw)
 	}
@@ -744,7 +744,7 @@ func TestInputDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.run()
-	b, raw := e.waitStatus("alice", id, statusFailed)
+	b, raw := e.waitStatus("alice", id, StatusFailed)
 	schematest.Conforms(t, "Batch", raw)
 	if b.Errors == nil || len(b.Errors.Data) != 1 || b.Errors.Data[0].Code != "input_file_deleted" ||
 		deref(b.Errors.Data[0].Param) != "input_file_id" {

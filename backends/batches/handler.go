@@ -169,7 +169,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, c caller.Caller
 	}
 	al := s.allowanceFor(c)
 	if al != nil {
-		n, over, err := s.countLines(r.Context(), owner, b.InputFileID, al.linesPerDay)
+		n, over, err := s.countLines(r.Context(), owner, b.InputFileID, al.LinesPerDay)
 		switch {
 		case errors.Is(err, files.ErrNotFound):
 			(&apierror.Error{Status: http.StatusNotFound, Code: "not_found", Param: "input_file_id",
@@ -179,20 +179,20 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, c caller.Caller
 			s.serverError(w, "create: counting the input's lines", err)
 			return
 		case over:
-			overAllowance(c.Tier, al.linesPerDay).Write(w)
+			overAllowance(c.Tier, al.LinesPerDay).Write(w)
 			return
 		}
 		b.Lines = n
 	}
-	if err := s.store.insert(r.Context(), b, MaxActive, al); err != nil {
-		if errors.Is(err, errLimit) {
+	if err := s.store.Create(r.Context(), b, MaxActive, al); err != nil {
+		if errors.Is(err, ErrLimit) {
 			(&apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeRequests, Code: "batch_limit_exceeded",
 				Message: fmt.Sprintf("You have %d batches that have not finished; wait for one to finish or cancel one before creating another.", MaxActive)}).Write(w)
 			return
 		}
-		if errors.Is(err, errAllowance) {
+		if errors.Is(err, ErrAllowance) {
 			s.log.Info("batch refused: daily line allowance reached", "owner", owner, "tier", c.Tier,
-				"limit", al.linesPerDay, "used", al.used, "requested", b.Lines)
+				"limit", al.LinesPerDay, "used", al.Used, "requested", b.Lines)
 			allowanceReached(c.Tier, al, b.Lines, time.Unix(b.CreatedAt, 0)).Write(w)
 			return
 		}
@@ -206,64 +206,64 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, c caller.Caller
 
 // parseCreate checks a create request in OpenAI's order (required fields,
 // values, then the file) and returns the new batch.
-func (s *Service) parseCreate(ctx context.Context, owner string, req *createRequest) (batch, *apierror.Error) {
+func (s *Service) parseCreate(ctx context.Context, owner string, req *createRequest) (Batch, *apierror.Error) {
 	fileID, aerr := stringParam(req.InputFileID, "input_file_id")
 	if aerr != nil {
-		return batch{}, aerr
+		return Batch{}, aerr
 	}
 	endpoint, aerr := stringParam(req.Endpoint, "endpoint")
 	if aerr != nil {
-		return batch{}, aerr
+		return Batch{}, aerr
 	}
 	window, aerr := stringParam(req.CompletionWindow, "completion_window")
 	if aerr != nil {
-		return batch{}, aerr
+		return Batch{}, aerr
 	}
 	okEndpoint := false
 	for _, e := range endpoints {
 		okEndpoint = okEndpoint || e == endpoint
 	}
 	if !okEndpoint {
-		return batch{}, apierror.InvalidParam("endpoint", "Invalid value for 'endpoint': %q is not supported. Supported values are: %s.",
+		return Batch{}, apierror.InvalidParam("endpoint", "Invalid value for 'endpoint': %q is not supported. Supported values are: %s.",
 			clipID(endpoint), strings.Join(endpoints, ", "))
 	}
 	if window != completionWindow {
-		return batch{}, apierror.InvalidParam("completion_window", "Invalid value for 'completion_window': %q is not supported. Supported values are: '24h'.",
+		return Batch{}, apierror.InvalidParam("completion_window", "Invalid value for 'completion_window': %q is not supported. Supported values are: '24h'.",
 			clipID(window))
 	}
 	meta, aerr := parseMetadata(req.Metadata)
 	if aerr != nil {
-		return batch{}, aerr
+		return Batch{}, aerr
 	}
 
 	expiry, aerr := parseOutputExpiry(req.OutputExpiresAfter)
 	if aerr != nil {
-		return batch{}, aerr
+		return Batch{}, aerr
 	}
 
 	f, err := s.files.Get(ctx, owner, fileID)
 	if errors.Is(err, files.ErrNotFound) {
-		return batch{}, &apierror.Error{Status: http.StatusNotFound, Code: "not_found", Param: "input_file_id",
+		return Batch{}, &apierror.Error{Status: http.StatusNotFound, Code: "not_found", Param: "input_file_id",
 			Message: fmt.Sprintf("No such File object: %s", clipID(fileID))}
 	}
 	if err != nil {
 		s.log.Error("batches: create: reading the input file's metadata failed", "file", fileID, "err", err)
-		return batch{}, apierror.Server(http.StatusInternalServerError, "server_error",
+		return Batch{}, apierror.Server(http.StatusInternalServerError, "server_error",
 			"The server had an error while processing your request. Sorry about that!")
 	}
 	if f.Purpose != "batch" {
-		return batch{}, apierror.InvalidParam("input_file_id",
+		return Batch{}, apierror.InvalidParam("input_file_id",
 			"The file %s has purpose '%s'; a batch's input file must be uploaded with purpose 'batch'.", f.ID, f.Purpose)
 	}
 
 	now := s.opts.Now()
-	return batch{
+	return Batch{
 		ID:                 newID("batch_"),
 		Owner:              owner,
 		Endpoint:           endpoint,
 		InputFileID:        f.ID,
 		CompletionWindow:   completionWindow,
-		Status:             statusValidating,
+		Status:             StatusValidating,
 		CreatedAt:          now.Unix(),
 		ExpiresAt:          now.Add(completionWindowDur).Unix(),
 		Metadata:           meta,
@@ -315,8 +315,8 @@ func parseOutputExpiry(raw json.RawMessage) (int64, *apierror.Error) {
 }
 
 func (s *Service) get(w http.ResponseWriter, r *http.Request, owner, id string) {
-	b, err := s.store.get(r.Context(), owner, id)
-	if errors.Is(err, errNotFound) {
+	b, err := s.store.Get(r.Context(), owner, id)
+	if errors.Is(err, ErrNotFound) {
 		notFound(id).Write(w)
 		return
 	}
@@ -348,8 +348,8 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request, owner string) {
 		}
 		limit = n
 	}
-	bs, more, err := s.store.list(r.Context(), owner, q.Get("after"), limit)
-	if errors.Is(err, errBadCursor) {
+	bs, more, err := s.store.List(r.Context(), owner, q.Get("after"), limit)
+	if errors.Is(err, ErrBadCursor) {
 		apierror.InvalidParam("after", "Invalid 'after': no such Batch object: %s", clipID(q.Get("after"))).Write(w)
 		return
 	}
@@ -376,8 +376,8 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request, owner, id strin
 	// compare-and-set (validating -> in_progress), which is still
 	// cancellable.
 	for range 3 {
-		b, err := s.store.get(ctx, owner, id)
-		if errors.Is(err, errNotFound) {
+		b, err := s.store.Get(ctx, owner, id)
+		if errors.Is(err, ErrNotFound) {
 			notFound(id).Write(w)
 			return
 		}
@@ -386,16 +386,16 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request, owner, id strin
 			return
 		}
 		switch b.Status {
-		case statusCancelling:
+		case StatusCancelling:
 			writeJSON(w, b.object())
 			return
-		case statusValidating, statusInProgress:
+		case StatusValidating, StatusInProgress:
 		default:
 			(&apierror.Error{Status: http.StatusConflict, Code: "invalid_batch_status",
 				Message: fmt.Sprintf("Cannot cancel a batch with status '%s'.", b.Status)}).Write(w)
 			return
 		}
-		ok, err := s.store.transition(ctx, id, []string{statusValidating, statusInProgress}, statusCancelling, s.opts.Now())
+		ok, err := s.store.Transition(ctx, id, []string{StatusValidating, StatusInProgress}, StatusCancelling, s.opts.Now(), Change{})
 		if err != nil {
 			s.serverError(w, "cancel", err)
 			return
@@ -405,7 +405,7 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request, owner, id strin
 		}
 		s.log.Info("batch cancelling", "batch", id, "owner", owner)
 		s.signalCancel(id)
-		if b, err = s.store.get(ctx, owner, id); err != nil {
+		if b, err = s.store.Get(ctx, owner, id); err != nil {
 			s.serverError(w, "cancel", err)
 			return
 		}
@@ -445,7 +445,7 @@ type batchObject struct {
 
 type batchErrors struct {
 	Object string       `json:"object"`
-	Data   []batchError `json:"data"`
+	Data   []BatchError `json:"data"`
 }
 
 type requestCounts struct {
@@ -466,7 +466,7 @@ type batchUsage struct {
 	TotalTokens int64 `json:"total_tokens"`
 }
 
-func (b batch) object() batchObject {
+func (b Batch) object() batchObject {
 	o := batchObject{
 		ID: b.ID, Object: "batch", Endpoint: b.Endpoint, Model: b.Model,
 		InputFileID: b.InputFileID, CompletionWindow: b.CompletionWindow, Status: b.Status,

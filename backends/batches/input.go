@@ -92,7 +92,7 @@ func keyOf(customID string) idKey {
 // validation is what reading the input file found.
 type validation struct {
 	total  int64
-	errs   []batchError
+	errs   []BatchError
 	nerrs  int    // errors found, including those past the cap
 	model  string // the model every line names, "" when they differ
 	models bool   // some line named a model
@@ -103,7 +103,7 @@ func (v *validation) add(code, param, format string, line int, args ...any) {
 	if len(v.errs) >= maxValidationErrors {
 		return
 	}
-	e := batchError{Code: code, Message: fmt.Sprintf(format, args...)}
+	e := BatchError{Code: code, Message: fmt.Sprintf(format, args...)}
 	if param != "" {
 		e.Param = &param
 	}

@@ -88,7 +88,7 @@ func TestPacedLinesWait(t *testing.T) {
 		wrap: func(g Gateway) Gateway { gw.next = g; return gw }})
 	e.run()
 	b := e.create("owner-1", e.upload("owner-1", "batch", chatLines(n)), "/v1/chat/completions")
-	done, raw := e.waitStatus("owner-1", b.ID, statusCompleted)
+	done, raw := e.waitStatus("owner-1", b.ID, StatusCompleted)
 	if done.RequestCounts.Completed != n || done.RequestCounts.Failed != 0 {
 		t.Fatalf("counts %+v: %s", done.RequestCounts, raw)
 	}
@@ -140,7 +140,7 @@ func TestCancelWhilePaused(t *testing.T) {
 	if code, body, _ := e.call("owner-1", http.MethodPost, "/v1/batches/"+b.ID+"/cancel", ""); code != http.StatusOK {
 		t.Fatalf("cancel: %d %s", code, body)
 	}
-	done, raw := e.waitStatus("owner-1", b.ID, statusCancelled)
+	done, raw := e.waitStatus("owner-1", b.ID, StatusCancelled)
 	if done.RequestCounts.Completed != 0 || done.RequestCounts.Failed != 0 {
 		t.Fatalf("counts %+v: %s", done.RequestCounts, raw)
 	}
@@ -177,7 +177,7 @@ func TestLineAllowance(t *testing.T) {
 		t.Fatalf("2 lines: %d %s", code, body)
 	}
 	failed := decode[batchView](t, body)
-	e.waitStatus("owner-1", failed.ID, statusFailed) // it never ran: its 2 lines do not count
+	e.waitStatus("owner-1", failed.ID, StatusFailed) // it never ran: its 2 lines do not count
 
 	code, body, _ = create(chatLines(3))
 	if code != http.StatusOK {

@@ -36,8 +36,8 @@ func TestInputDeletedMidRunSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.restart()
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
-	if b.Status != statusCompleted || b.RequestCounts.Total != n || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 {
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
+	if b.Status != StatusCompleted || b.RequestCounts.Total != n || b.RequestCounts.Completed != n || b.RequestCounts.Failed != 0 {
 		t.Fatalf("after the input was deleted and the runner restarted: %s", raw)
 	}
 	seen := map[string]int{}
@@ -99,8 +99,8 @@ func TestInFlightBudgetCountsCustomIDs(t *testing.T) {
 		sb.WriteByte('\n')
 	}
 	id := e.create("alice", e.upload("alice", files.PurposeBatch, sb.String()), "/v1/chat/completions").ID
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
-	if b.Status != statusCompleted || b.RequestCounts.Completed != 6 {
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
+	if b.Status != StatusCompleted || b.RequestCounts.Completed != 6 {
 		t.Fatalf("%.300s", raw)
 	}
 	if gw.max > 1 {
@@ -166,8 +166,8 @@ func TestWindowEndsWithEveryLineInFlight(t *testing.T) {
 	clk.Advance(24*time.Hour + time.Second)
 	time.Sleep(10 * e.opts.ProgressInterval) // the runner notices the window has ended
 	close(gw.open)
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
-	if b.Status != statusCompleted || b.RequestCounts.Completed != 3 || b.ErrorFileID != "" {
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
+	if b.Status != StatusCompleted || b.RequestCounts.Completed != 3 || b.ErrorFileID != "" {
 		t.Errorf("every line answered, yet: %s", raw)
 	}
 }
@@ -198,8 +198,8 @@ func TestResponseTooLargeNotRetried(t *testing.T) {
 	})
 	e.run()
 	id := e.create("alice", e.upload("alice", files.PurposeBatch, chatLines(2)), "/v1/chat/completions").ID
-	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return terminal(b.Status) })
-	if b.Status != statusCompleted || b.RequestCounts.Failed != 2 || b.RequestCounts.Completed != 0 {
+	b, raw := e.wait("alice", id, "finished", func(b batchView) bool { return Terminal(b.Status) })
+	if b.Status != StatusCompleted || b.RequestCounts.Failed != 2 || b.RequestCounts.Completed != 0 {
 		t.Fatalf("%s", raw)
 	}
 	for _, l := range e.lines("alice", b.ErrorFileID) {
@@ -237,7 +237,7 @@ func TestInputSnapshotCopiesWhenTheBlobIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Service{files: unlinkingFiles{path: src}, spoolDir: filepath.Join(dir, "batches")}
-	b := batch{ID: "batch_1", Owner: "alice", InputFileID: "file-x"}
+	b := Batch{ID: "batch_1", Owner: "alice", InputFileID: "file-x"}
 	f, err := s.openInput(context.Background(), b)
 	if err != nil {
 		t.Fatal(err)

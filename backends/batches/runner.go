@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,7 +53,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 
 	s.sweepSpools(ctx)
-	ids, err := s.store.active(ctx)
+	ids, err := s.store.Active(ctx)
 	if err != nil {
 		return fmt.Errorf("batches: run: %w", err)
 	}
@@ -103,25 +101,6 @@ func (s *Service) signalCancel(id string) {
 	}
 }
 
-// sweepSpools removes spool directories left by batches that ended (or no
-// longer exist) before their directory could be removed.
-func (s *Service) sweepSpools(ctx context.Context) {
-	entries, err := os.ReadDir(s.spoolDir)
-	if err != nil {
-		s.log.Warn("batches: listing spool directories failed", "err", err)
-		return
-	}
-	for _, e := range entries {
-		active, err := s.store.activeBatch(ctx, e.Name())
-		if err != nil || active {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(s.spoolDir, e.Name())); err != nil {
-			s.log.Warn("batches: removing a leftover spool directory failed", "batch", e.Name(), "err", err)
-		}
-	}
-}
-
 // runJob drives one batch to a terminal state. An internal failure (the
 // database, the disk) is retried after RestartDelay: the batch's state is
 // in the database and its spool files, so starting over is safe.
@@ -148,19 +127,19 @@ func (s *Service) runJob(ctx context.Context, j *job) {
 // simply the next state.
 func (s *Service) advance(ctx context.Context, j *job) error {
 	for ctx.Err() == nil {
-		b, err := s.store.load(ctx, j.id)
+		b, err := s.store.Load(ctx, j.id)
 		if err != nil {
 			return err
 		}
 		switch b.Status {
-		case statusValidating:
+		case StatusValidating:
 			err = s.validateBatch(ctx, j, b)
-		case statusInProgress:
+		case StatusInProgress:
 			err = s.runLines(ctx, j, b)
-		case statusFinalizing:
-			err = s.finish(ctx, b, statusFinalizing, statusCompleted)
-		case statusCancelling:
-			err = s.finish(ctx, b, statusCancelling, statusCancelled)
+		case StatusFinalizing:
+			err = s.finish(ctx, b, StatusFinalizing, StatusCompleted, nil)
+		case StatusCancelling:
+			err = s.finish(ctx, b, StatusCancelling, StatusCancelled, nil)
 		default:
 			s.removeSpool(b.ID)
 			return nil
@@ -172,29 +151,22 @@ func (s *Service) advance(ctx context.Context, j *job) error {
 	return nil
 }
 
-func (s *Service) expired(b batch) bool { return s.opts.Now().Unix() >= b.ExpiresAt }
-
-func (s *Service) removeSpool(id string) {
-	if err := os.RemoveAll(filepath.Join(s.spoolDir, id)); err != nil {
-		s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
-	}
-}
+func (s *Service) expired(b Batch) bool { return s.opts.Now().Unix() >= b.ExpiresAt }
 
 // inputGone fails a batch whose input file was deleted before the batch
 // could read it all, keeping whatever results it has.
-func (s *Service) inputGone(ctx context.Context, b batch) error {
+func (s *Service) inputGone(ctx context.Context, b Batch) error {
 	param := "input_file_id"
 	s.log.Warn("batches: input file deleted while the batch ran", "batch", b.ID, "file", b.InputFileID)
-	errs, _ := json.Marshal([]batchError{{Code: "input_file_deleted", Param: &param,
+	return s.finish(ctx, b, b.Status, StatusFailed, []BatchError{{Code: "input_file_deleted", Param: &param,
 		Message: fmt.Sprintf("The input file %s was deleted before the batch finished.", b.InputFileID)}})
-	return s.finish(ctx, b, b.Status, statusFailed, set{"errors", string(errs)})
 }
 
 // validateBatch reads the input file once and moves the batch to
 // in_progress, or to failed with what is wrong with it.
-func (s *Service) validateBatch(ctx context.Context, j *job, b batch) error {
+func (s *Service) validateBatch(ctx context.Context, j *job, b Batch) error {
 	if s.expired(b) {
-		_, err := s.store.transition(ctx, b.ID, []string{statusValidating}, statusExpired, s.opts.Now())
+		_, err := s.store.Transition(ctx, b.ID, []string{StatusValidating}, StatusExpired, s.opts.Now(), Change{})
 		return err
 	}
 	in, err := s.openInput(ctx, b)
@@ -219,17 +191,13 @@ func (s *Service) validateBatch(ctx context.Context, j *job, b batch) error {
 	}
 	now := s.opts.Now()
 	if v.nerrs > 0 {
-		errs, err := json.Marshal(v.errs)
-		if err != nil {
-			return err
-		}
 		s.log.Info("batch failed validation", "batch", b.ID, "errors", v.nerrs)
-		_, err = s.store.transition(ctx, b.ID, []string{statusValidating}, statusFailed, now, set{"errors", string(errs)})
+		_, err = s.store.Transition(ctx, b.ID, []string{StatusValidating}, StatusFailed, now, Change{Errors: v.errs})
 		return err
 	}
 	s.log.Info("batch validated", "batch", b.ID, "lines", v.total)
-	_, err = s.store.transition(ctx, b.ID, []string{statusValidating}, statusInProgress, now,
-		set{"total", v.total}, set{"model", v.model})
+	_, err = s.store.Transition(ctx, b.ID, []string{StatusValidating}, StatusInProgress, now,
+		Change{Total: &v.total, Model: &v.model})
 	return err
 }
 
@@ -238,30 +206,28 @@ func (s *Service) validateBatch(ctx context.Context, j *job, b batch) error {
 // made is recorded on the batch at once and not made again. (A crash
 // between making a file and recording it leaves one orphaned file, which
 // expires with the others.)
-func (s *Service) finish(ctx context.Context, b batch, from, to string, extra ...set) error {
-	dir := filepath.Join(s.spoolDir, b.ID)
+func (s *Service) finish(ctx context.Context, b Batch, from, to string, errs []BatchError) error {
 	c := b.Counts
-	if _, err := os.Stat(dir); err == nil {
-		sp, st, err := openSpool(dir, s.maxSpoolLine(), false)
+	if ok, err := s.hasSpool(b.ID); err != nil {
+		return err
+	} else if ok {
+		sp, st, err := s.openSpool(b.ID, false)
 		if err != nil {
 			return err
 		}
 		c.Completed, c.Failed = st.counts.Completed, st.counts.Failed
 		c.InputTokens, c.CachedTokens = st.counts.InputTokens, st.counts.CachedTokens
 		c.OutputTokens, c.ReasoningTokens, c.TotalTokens = st.counts.OutputTokens, st.counts.ReasoningTokens, st.counts.TotalTokens
-		err = s.makeFile(ctx, b, sp.out.f, "output", b.OutputFileID, "output_file_id")
+		err = s.makeFile(ctx, b, sp.out, "output", b.OutputFileID)
 		if err == nil {
-			err = s.makeFile(ctx, b, sp.errs.f, "error", b.ErrorFileID, "error_file_id")
+			err = s.makeFile(ctx, b, sp.errs, "error", b.ErrorFileID)
 		}
 		sp.close()
 		if err != nil {
 			return err
 		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("spool: %w", err)
 	}
-	sets := append(countSets(c), extra...)
-	ok, err := s.store.transition(ctx, b.ID, []string{from}, to, s.opts.Now(), sets...)
+	ok, err := s.store.Transition(ctx, b.ID, []string{from}, to, s.opts.Now(), Change{Counts: &c, Errors: errs})
 	if err != nil {
 		return err
 	}
@@ -275,19 +241,16 @@ func (s *Service) finish(ctx context.Context, b batch, from, to string, extra ..
 // makeFile stores one spool file as a batch_output file, unless it is empty
 // (OpenAI sets output_file_id only when there were successes, and
 // error_file_id only when there were failures) or already stored.
-func (s *Service) makeFile(ctx context.Context, b batch, f *os.File, kind, have, col string) error {
+func (s *Service) makeFile(ctx context.Context, b Batch, sf *spoolFile, kind, have string) error {
 	if have != "" {
 		return nil
 	}
-	fi, err := f.Stat()
+	f, size, err := sf.content()
 	if err != nil {
-		return fmt.Errorf("spool: %w", err)
+		return err
 	}
-	if fi.Size() == 0 {
+	if size == 0 {
 		return nil
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("spool: %w", err)
 	}
 	retention := outputRetention
 	if b.OutputExpiresAfter > 0 {
@@ -299,11 +262,15 @@ func (s *Service) makeFile(ctx context.Context, b batch, f *os.File, kind, have,
 		Purpose:   "batch_output",
 		CreatedAt: now,
 		ExpiresAt: now.Add(retention),
-	}, f, fi.Size())
+	}, f, size)
 	if err != nil {
 		return fmt.Errorf("store %s file: %w", kind, err)
 	}
-	return s.store.update(ctx, b.ID, set{col, made.ID})
+	ch := Change{OutputFileID: &made.ID}
+	if kind == "error" {
+		ch = Change{ErrorFileID: &made.ID}
+	}
+	return s.store.Update(ctx, b.ID, ch)
 }
 
 // maxSpoolLine bounds a spool line: a custom_id (from an input line) and a
@@ -323,12 +290,12 @@ const (
 // run is one pass of an in-progress batch over its input.
 type run struct {
 	s *Service
-	b batch
+	b Batch
 	// spool and its counts (guarded by mu): results already in the spool
 	// files when the run started plus those written since.
 	sp      *spool
 	mu      sync.Mutex
-	c       counts
+	c       Counts
 	changed bool
 	// slots bounds this batch's lines in flight (Options.Concurrency).
 	slots chan struct{}
@@ -354,11 +321,11 @@ func (r *run) stop(why int) {
 // cancelled (in-flight lines finish first), it expired (lines not started
 // get batch_expired results, then the batch is finished as expired), or
 // ctx ended (in-flight lines are abandoned; the next Run resumes).
-func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
+func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 	if s.expired(b) {
 		return s.expire(ctx, b)
 	}
-	sp, st, err := openSpool(filepath.Join(s.spoolDir, b.ID), s.maxSpoolLine(), true)
+	sp, st, err := s.openSpool(b.ID, true)
 	if err != nil {
 		return err
 	}
@@ -441,24 +408,24 @@ func (s *Service) runLines(ctx context.Context, j *job, b batch) error {
 	}
 	// Every line has a result (the window may have ended while the last ones
 	// were in flight): the batch completes.
-	_, err = s.store.transition(ctx, b.ID, []string{statusInProgress}, statusFinalizing, s.opts.Now(), countSets(r.snapshot())...)
+	_, err = s.store.Transition(ctx, b.ID, []string{StatusInProgress}, StatusFinalizing, s.opts.Now(), Change{Counts: new(r.snapshot())})
 	return err
 }
 
 // expire finishes an in-progress batch whose completion window has passed:
 // the lines that never started get batch_expired results, and the partial
 // files are kept.
-func (s *Service) expire(ctx context.Context, b batch) error {
-	if err := s.writeExpired(ctx, b, filepath.Join(s.spoolDir, b.ID)); err != nil {
+func (s *Service) expire(ctx context.Context, b Batch) error {
+	if err := s.writeExpired(ctx, b); err != nil {
 		return err
 	}
-	return s.finish(ctx, b, statusInProgress, statusExpired)
+	return s.finish(ctx, b, StatusInProgress, StatusExpired, nil)
 }
 
 // writeExpired gives every line of the input without a result in the spool a
 // batch_expired error result. It is a no-op when every line has one.
-func (s *Service) writeExpired(ctx context.Context, b batch, dir string) error {
-	sp, st, err := openSpool(dir, s.maxSpoolLine(), true)
+func (s *Service) writeExpired(ctx context.Context, b Batch) error {
+	sp, st, err := s.openSpool(b.ID, true)
 	if err != nil {
 		return err
 	}
@@ -588,7 +555,7 @@ func (r *run) allDone() bool {
 	return c.Completed+c.Failed >= c.Total
 }
 
-func (r *run) snapshot() counts {
+func (r *run) snapshot() Counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.c
@@ -608,7 +575,7 @@ func (r *run) saveProgress(ctx context.Context) {
 	if err := r.sp.sync(); err != nil {
 		r.s.log.Warn("batches: syncing spool files failed", "batch", r.b.ID, "err", err)
 	}
-	if err := r.s.store.update(ctx, r.b.ID, countSets(c)...); err != nil && ctx.Err() == nil {
+	if err := r.s.store.Update(ctx, r.b.ID, Change{Counts: &c}); err != nil && ctx.Err() == nil {
 		r.s.log.Warn("batches: saving progress failed", "batch", r.b.ID, "err", err)
 	}
 }

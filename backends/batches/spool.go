@@ -12,6 +12,28 @@ import (
 	"github.com/tidwall/gjson"
 )
 
+// The spool is the runner's local state, outside the Store: one directory
+// DATA_DIR/batches/<id>/ per batch this process is running, holding
+//
+//   - input.jsonl, a snapshot of the input file (a copy out of the files
+//     store, made when the batch is first read): scratch, it can always be
+//     made again while the input file exists;
+//   - output.jsonl and errors.jsonl, the results so far: the only copy of
+//     them until finish turns them into batch_output files in the files
+//     store. They are what makes a resumed batch skip the lines already
+//     answered, and the Store's counts are checkpoints of them (synced
+//     first, so the Store never counts a result the spool could lose).
+//
+// So the spool is durable only on this machine's disk: a batch resumes
+// here, after a restart, and not on another replica. Moving the results
+// into shared storage (so a line whose result is recorded is never sent
+// again whichever replica resumes the batch, and the output is assembled in
+// object storage) is the fleet-storage issue's; everything the API reads
+// about a batch is in the Store already. Everything the runner does on the
+// local disk is in this file (spoolPath, hasSpool, openSpool, openInput,
+// removeSpool, sweepSpools, spoolFile.content): runner.go and handler.go
+// name no path, so this file is the seam that work replaces.
+
 // Spool file names inside DATA_DIR/batches/<id>/.
 const (
 	spoolOutput = "output.jsonl"
@@ -68,19 +90,81 @@ type spool struct {
 	out, errs *spoolFile
 }
 
+// spoolPath is batch id's spool directory.
+func (s *Service) spoolPath(id string) string { return filepath.Join(s.spoolDir, id) }
+
+// hasSpool reports whether batch id has a spool directory.
+func (s *Service) hasSpool(id string) (bool, error) {
+	_, err := os.Stat(s.spoolPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("spool: %w", err)
+	}
+	return true, nil
+}
+
+// openSpool opens batch id's result files (openSpoolDir).
+func (s *Service) openSpool(id string, withDone bool) (*spool, spoolState, error) {
+	return openSpoolDir(s.spoolPath(id), s.maxSpoolLine(), withDone)
+}
+
+func (s *Service) removeSpool(id string) {
+	if err := os.RemoveAll(s.spoolPath(id)); err != nil {
+		s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
+	}
+}
+
+// sweepSpools removes spool directories left by batches that ended (or no
+// longer exist) before their directory could be removed.
+func (s *Service) sweepSpools(ctx context.Context) {
+	entries, err := os.ReadDir(s.spoolDir)
+	if err != nil {
+		s.log.Warn("batches: listing spool directories failed", "err", err)
+		return
+	}
+	for _, e := range entries {
+		active, err := s.store.IsActive(ctx, e.Name())
+		if err != nil || active {
+			continue
+		}
+		if err := os.RemoveAll(s.spoolPath(e.Name())); err != nil {
+			s.log.Warn("batches: removing a leftover spool directory failed", "batch", e.Name(), "err", err)
+		}
+	}
+}
+
+// content returns the file's results from the start, and their size.
+func (sf *spoolFile) content() (io.Reader, int64, error) {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if sf.f == nil {
+		return nil, 0, fmt.Errorf("spool: %w", errSpoolClosed)
+	}
+	fi, err := sf.f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("spool: %w", err)
+	}
+	if _, err := sf.f.Seek(0, io.SeekStart); err != nil {
+		return nil, 0, fmt.Errorf("spool: %w", err)
+	}
+	return io.LimitReader(sf.f, fi.Size()), fi.Size(), nil
+}
+
 // spoolState is what the spool files already hold: the custom_ids with a
 // result (when asked for) and the counts and usage of those results.
 type spoolState struct {
 	done   map[idKey]struct{} // nil unless asked for
-	counts counts
+	counts Counts
 }
 
-// openSpool opens (creating) the spool files in dir and reads what they
+// openSpoolDir opens (creating) the spool files in dir and reads what they
 // hold. Everything after the last complete, well-formed line (a line cut
 // short by a crash) is truncated away, so the files hold whole results only
 // and those lines' custom_ids are sent again. withDone asks for the set of
 // custom_ids done.
-func openSpool(dir string, maxLine int, withDone bool) (*spool, spoolState, error) {
+func openSpoolDir(dir string, maxLine int, withDone bool) (*spool, spoolState, error) {
 	var st spoolState
 	if withDone {
 		st.done = map[idKey]struct{}{}
@@ -158,7 +242,7 @@ func scanSpool(f *os.File, maxLine int, output bool, st *spoolState) error {
 // addUsage adds a response's usage object: chat completions and embeddings
 // (prompt_tokens, completion_tokens) or responses (input_tokens,
 // output_tokens). One pass over its keys: it runs for every result.
-func (c *counts) addUsage(u gjson.Result) {
+func (c *Counts) addUsage(u gjson.Result) {
 	if !u.IsObject() {
 		return
 	}
@@ -219,8 +303,8 @@ const spoolInput = "input.jsonl"
 // made now from the files store if there is none yet. It is an error
 // wrapping files.ErrNotFound when there is no snapshot and the input file is
 // gone.
-func (s *Service) openInput(ctx context.Context, b batch) (*os.File, error) {
-	dir := filepath.Join(s.spoolDir, b.ID)
+func (s *Service) openInput(ctx context.Context, b Batch) (*os.File, error) {
+	dir := s.spoolPath(b.ID)
 	dst := filepath.Join(dir, spoolInput)
 	f, err := os.Open(dst)
 	if err == nil {

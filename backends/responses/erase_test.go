@@ -3,6 +3,7 @@ package responses
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,9 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
+
+// sqliteDB is the database under st, a SQLite store.
+func sqliteDB(st *store) *sql.DB { return st.raw.(*SQLiteStore).db }
 
 // dbFilesContaining names the files of the database at path (main, -wal,
 // -shm) whose bytes contain needle.
@@ -70,14 +74,14 @@ func TestDeleteErases(t *testing.T) {
 	}
 
 	var wrapped []byte
-	if err := svc.store.db.QueryRow(`SELECT wrapped FROM data_keys WHERE object_id = ?`, id).Scan(&wrapped); err != nil {
+	if err := sqliteDB(svc.store).QueryRow(`SELECT wrapped FROM data_keys WHERE object_id = ?`, id).Scan(&wrapped); err != nil {
 		t.Fatal(err)
 	}
 	if status, body := e.do("alice", http.MethodDelete, "/v1/responses/"+id, ""); status != 200 {
 		t.Fatalf("DELETE: %d %s", status, body)
 	}
 	var n int
-	if err := svc.store.db.QueryRow(`SELECT count(*) FROM data_keys WHERE object_id = ?`, id).Scan(&n); err != nil || n != 0 {
+	if err := sqliteDB(svc.store).QueryRow(`SELECT count(*) FROM data_keys WHERE object_id = ?`, id).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("data key after delete: %d, %v", n, err)
 	}
 	for _, needle := range [][]byte{wrapped, []byte(marker)} {
@@ -95,7 +99,7 @@ func TestSweepErases(t *testing.T) {
 	if n, err := e.svc.store.sweep(t.Context(), e.clock.Now()); err != nil || n != 1 {
 		t.Fatalf("sweep: %d, %v", n, err)
 	}
-	_, err := e.svc.store.keys.Get(t.Context(), e.svc.store.db, r.Get("id").Str)
+	_, err := e.svc.store.keys.Get(t.Context(), sqliteDB(e.svc.store), r.Get("id").Str)
 	if !errors.Is(err, envelope.ErrNoKey) {
 		t.Errorf("data key after sweep: %v", err)
 	}
@@ -141,7 +145,7 @@ func TestLegacyRowsSealedOnOpen(t *testing.T) {
 		t.Fatalf("chain: %+v, %v", chain, err)
 	}
 	var sealed int
-	if err := st.db.QueryRow(`SELECT sealed FROM responses`).Scan(&sealed); err != nil || sealed != 1 {
+	if err := sqliteDB(st).QueryRow(`SELECT sealed FROM responses`).Scan(&sealed); err != nil || sealed != 1 {
 		t.Errorf("sealed = %d, %v", sealed, err)
 	}
 }
@@ -167,16 +171,16 @@ func TestKeyGoneMidRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.db.Exec(`DELETE FROM data_keys WHERE object_id IN ('resp_b', 'resp_c')`); err != nil {
+	if _, err := sqliteDB(st).Exec(`DELETE FROM data_keys WHERE object_id IN ('resp_b', 'resp_c')`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.body(ctx, "alice", "resp_c", now); !errors.Is(err, errNotFound) {
-		t.Errorf("body without its key: %v, want errNotFound", err)
+	if _, err := st.body(ctx, "alice", "resp_c", now); !errors.Is(err, ErrNotFound) {
+		t.Errorf("body without its key: %v, want ErrNotFound", err)
 	}
-	if _, err := st.chain(ctx, "alice", "resp_c", now, 10, 0); !errors.Is(err, errNotFound) {
-		t.Errorf("chain of a response without its key: %v, want errNotFound", err)
+	if _, err := st.chain(ctx, "alice", "resp_c", now, 10, 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("chain of a response without its key: %v, want ErrNotFound", err)
 	}
-	if _, err := st.db.Exec(`DELETE FROM data_keys WHERE object_id = 'resp_a'`); err != nil {
+	if _, err := sqliteDB(st).Exec(`DELETE FROM data_keys WHERE object_id = 'resp_a'`); err != nil {
 		t.Fatal(err)
 	}
 	// A newer response with its key: the chain is it alone.

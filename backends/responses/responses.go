@@ -29,6 +29,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -41,6 +42,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // Gateway sends requests to the gateway's public API on behalf of an owner;
@@ -51,8 +53,14 @@ type Gateway interface {
 
 // Options configures a Service.
 type Options struct {
-	// DataDir holds responses.db.
+	// DataDir holds responses.db (when Store is nil) and the key file of
+	// encryption at rest (when Keys is nil).
 	DataDir string
+	// Store keeps the responses (default: the SQLite store in
+	// DataDir/responses.db, OpenSQLiteStore). The Service closes it.
+	Store Store
+	// Keys seals what Store keeps (default: envelope.Load(DataDir)).
+	Keys *envelope.Keyring
 	// Gateway generates the responses.
 	Gateway Gateway
 	// Search runs the web_search tool; nil: requests with web_search are
@@ -115,7 +123,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	if opts.Gateway == nil {
 		return nil, errors.New("responses: no gateway")
 	}
-	st, err := openStore(ctx, opts.DataDir)
+	st, err := newStore(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +152,29 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	s.wg.Add(1)
 	go s.sweepLoop(sctx, interval)
 	return s, nil
+}
+
+// newStore is opts.Store (or SQLite in opts.DataDir) under encryption at
+// rest.
+func newStore(ctx context.Context, opts Options) (*store, error) {
+	if opts.Store == nil && opts.Keys == nil {
+		return openStore(ctx, opts.DataDir)
+	}
+	keys := opts.Keys
+	if keys == nil {
+		var err error
+		if keys, err = envelope.Load(opts.DataDir); err != nil {
+			return nil, fmt.Errorf("responses: open store: %w", err)
+		}
+	}
+	raw := opts.Store
+	if raw == nil {
+		var err error
+		if raw, err = OpenSQLiteStore(ctx, opts.DataDir, keys); err != nil {
+			return nil, err
+		}
+	}
+	return &store{raw: raw, keys: keys}, nil
 }
 
 // Close stops the sweeper and closes the store.
@@ -294,17 +325,17 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 	}
 	if req.previousID != "" {
 		chain, err := s.store.chain(ctx, owner, req.previousID, now, maxChain, maxChainBytes)
-		if errors.Is(err, errNotFound) {
+		if errors.Is(err, ErrNotFound) {
 			(&apierror.Error{Status: http.StatusBadRequest, Code: "previous_response_not_found", Param: "previous_response_id",
 				Message: "Previous response with id '" + req.previousID + "' not found."}).Write(w)
 			return
 		}
-		if errors.Is(err, errChainTooLong) {
+		if errors.Is(err, ErrChainTooLong) {
 			apierror.InvalidParam("previous_response_id", "The conversation ending with response '%s' has more than %d responses, "+
 				"more than this gateway replays. Start a new conversation, sending the items you need as input.", req.previousID, maxChain).Write(w)
 			return
 		}
-		if errors.Is(err, errChainTooLarge) {
+		if errors.Is(err, ErrChainTooLarge) {
 			apierror.InvalidParam("previous_response_id", "The conversation ending with response '%s' holds more than %d bytes of items, "+
 				"more than this gateway replays. Start a new conversation, sending the items you need as input.", req.previousID, maxChainBytes).Write(w)
 			return
@@ -471,7 +502,7 @@ func mustJSON(v any) []byte {
 
 func (s *Service) get(w http.ResponseWriter, r *http.Request, owner, id string) {
 	b, err := s.store.body(r.Context(), owner, id, s.now())
-	if errors.Is(err, errNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		notFound(id).Write(w)
 		return
 	}
@@ -484,7 +515,7 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request, owner, id string) 
 
 func (s *Service) delete(w http.ResponseWriter, r *http.Request, owner, id string) {
 	err := s.store.delete(r.Context(), owner, id, s.now())
-	if errors.Is(err, errNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		notFound(id).Write(w)
 		return
 	}
@@ -500,7 +531,7 @@ func (s *Service) delete(w http.ResponseWriter, r *http.Request, owner, id strin
 // cancel answers POST /v1/responses/{id}/cancel. Only background responses
 // can be cancelled, and this gateway runs none.
 func (s *Service) cancel(w http.ResponseWriter, r *http.Request, owner, id string) {
-	if _, err := s.store.body(r.Context(), owner, id, s.now()); errors.Is(err, errNotFound) {
+	if _, err := s.store.body(r.Context(), owner, id, s.now()); errors.Is(err, ErrNotFound) {
 		notFound(id).Write(w)
 		return
 	} else if err != nil {
@@ -537,11 +568,11 @@ func (s *Service) inputItems(w http.ResponseWriter, r *http.Request, owner, id s
 	// created from, and its bytes were bounded then (maxChainBytes, plus
 	// its own request and output).
 	chain, err := s.store.chain(r.Context(), owner, id, s.now(), maxChain+1, 0)
-	if errors.Is(err, errNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		notFound(id).Write(w)
 		return
 	}
-	if errors.Is(err, errChainTooLong) {
+	if errors.Is(err, ErrChainTooLong) {
 		apierror.InvalidParam("response_id", "The conversation ending with response '%s' has more than %d responses; its input items cannot be listed.", id, maxChain+1).Write(w)
 		return
 	}

@@ -2,6 +2,7 @@ package vectorstores
 
 import (
 	"context"
+	"database/sql"
 	"io"
 	"log/slog"
 	"net/http"
@@ -178,7 +179,7 @@ func (e *env) wait(owner, id string) gjson.Result {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st := e.ok(owner, http.MethodGet, "/v1/vector_stores/"+id, "", "VectorStoreObject")
-		if st.Get("status").Str != statusInProgress {
+		if st.Get("status").Str != StatusInProgress {
 			return st
 		}
 		if time.Now().After(deadline) {
@@ -192,8 +193,12 @@ func (e *env) wait(owner, id string) gjson.Result {
 func (e *env) chunkCount() int {
 	e.t.Helper()
 	var n int
-	if err := e.svc.db.QueryRowContext(e.t.Context(), `SELECT COUNT(*) FROM chunks`).Scan(&n); err != nil {
+	if err := e.svc.testDB().QueryRowContext(e.t.Context(), `SELECT COUNT(*) FROM chunks`).Scan(&n); err != nil {
 		e.t.Fatal(err)
 	}
 	return n
 }
+
+// testDB is the database under the service's SQLite store, for tests that
+// look at what the implementation keeps.
+func (s *Service) testDB() *sql.DB { return s.store.(*SQLiteStore).db }

@@ -17,7 +17,7 @@ func dbFilesContaining(t *testing.T, e *env, needle []byte) []string {
 	t.Helper()
 	var seq int
 	var name, path string
-	if err := e.svc.db.QueryRow(`PRAGMA database_list`).Scan(&seq, &name, &path); err != nil {
+	if err := e.svc.testDB().QueryRow(`PRAGMA database_list`).Scan(&seq, &name, &path); err != nil {
 		t.Fatal(err)
 	}
 	var found []string
@@ -57,21 +57,21 @@ func TestChunksSealedAndDetachErases(t *testing.T) {
 	}
 
 	var gen int64
-	if err := e.svc.db.QueryRow(`SELECT gen FROM store_files WHERE store_id = ? AND file_id = ?`, id, drop).Scan(&gen); err != nil {
+	if err := e.svc.testDB().QueryRow(`SELECT gen FROM store_files WHERE store_id = ? AND file_id = ?`, id, drop).Scan(&gen); err != nil {
 		t.Fatal(err)
 	}
 	kid := chunkKeyID(id, drop, gen)
 	var wrapped []byte
-	if err := e.svc.db.QueryRow(`SELECT wrapped FROM data_keys WHERE object_id = ?`, kid).Scan(&wrapped); err != nil {
+	if err := e.svc.testDB().QueryRow(`SELECT wrapped FROM data_keys WHERE object_id = ?`, kid).Scan(&wrapped); err != nil {
 		t.Fatal(err)
 	}
 	e.ok("alice", http.MethodDelete, base+"/files/"+drop, "", "DeleteVectorStoreFileResponse")
 	// The chunks are still there until the sweep, but nothing opens them.
 	var left int
-	if err := e.svc.db.QueryRow(`SELECT COUNT(*) FROM chunks WHERE store_id = ? AND file_id = ?`, id, drop).Scan(&left); err != nil || left == 0 {
+	if err := e.svc.testDB().QueryRow(`SELECT COUNT(*) FROM chunks WHERE store_id = ? AND file_id = ?`, id, drop).Scan(&left); err != nil || left == 0 {
 		t.Fatalf("chunks before the sweep: %d, %v", left, err)
 	}
-	if _, err := e.svc.keys.Get(t.Context(), e.svc.db, kid); !errors.Is(err, envelope.ErrNoKey) {
+	if _, err := e.svc.keys.Get(t.Context(), e.svc.testDB(), kid); !errors.Is(err, envelope.ErrNoKey) {
 		t.Errorf("data key after detach: %v", err)
 	}
 	if f := dbFilesContaining(t, e, wrapped); len(f) > 0 {
@@ -85,7 +85,7 @@ func TestChunksSealedAndDetachErases(t *testing.T) {
 
 	e.ok("alice", http.MethodDelete, base, "", "DeleteVectorStoreResponse")
 	var keys int
-	if err := e.svc.db.QueryRow(`SELECT COUNT(*) FROM data_keys`).Scan(&keys); err != nil || keys != 0 {
+	if err := e.svc.testDB().QueryRow(`SELECT COUNT(*) FROM data_keys`).Scan(&keys); err != nil || keys != 0 {
 		t.Errorf("data keys after deleting the store: %d, %v", keys, err)
 	}
 	e.svc.sweep(t.Context())
@@ -103,10 +103,10 @@ func TestLegacyChunksSealedOnOpen(t *testing.T) {
 	st := e.createStore("alice", `{"file_ids":["`+f+`"]}`)
 	id := st.Get("id").Str
 	// Make the chunks what an earlier binary left: plaintext, no key.
-	if _, err := e.svc.db.Exec(`UPDATE chunks SET text = 'legacy words ' || ?, sealed_text = NULL`, marker); err != nil {
+	if _, err := e.svc.testDB().Exec(`UPDATE chunks SET text = 'legacy words ' || ?, sealed_text = NULL`, marker); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.db.Exec(`DELETE FROM data_keys`); err != nil {
+	if _, err := e.svc.testDB().Exec(`DELETE FROM data_keys`); err != nil {
 		t.Fatal(err)
 	}
 	// Plaintext rows are read as they are.
@@ -114,7 +114,7 @@ func TestLegacyChunksSealedOnOpen(t *testing.T) {
 	if !strings.Contains(page.Raw, "legacy words "+marker) {
 		t.Fatalf("search of plaintext chunks: %s", page.Raw)
 	}
-	if err := e.svc.sealLegacy(t.Context()); err != nil {
+	if err := e.svc.store.(*SQLiteStore).sealLegacy(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if f := dbFilesContaining(t, e, []byte(marker)); len(f) > 0 {

@@ -116,8 +116,8 @@ func (s *Service) apiError(err error) *apierror.Error {
 	var (
 		ae  *apierror.Error
 		nf  *NotFoundError
-		fnf *fileNotFound
-		cur *errInvalidCursor
+		fnf *FileNotFoundError
+		cur *InvalidCursorError
 		ee  *embedError
 	)
 	switch {
@@ -128,10 +128,10 @@ func (s *Service) apiError(err error) *apierror.Error {
 			Message: fmt.Sprintf("No vector store found with id '%s'.", nf.ID)}
 	case errors.As(err, &fnf):
 		return &apierror.Error{Status: http.StatusNotFound, Code: "not_found", Param: "file_id",
-			Message: fmt.Sprintf("No file found with id '%s' in the vector store.", fnf.id)}
+			Message: fmt.Sprintf("No file found with id '%s' in the vector store.", fnf.ID)}
 	case errors.As(err, &cur):
-		return apierror.InvalidParam(cur.param, "No item with id '%s' in this list.", cur.id)
-	case errors.Is(err, errStoreFull):
+		return apierror.InvalidParam(cur.Param, "No item with id '%s' in this list.", cur.ID)
+	case errors.Is(err, ErrStoreFull):
 		return apierror.InvalidParam("file_id", "A vector store may hold at most %d files.", MaxFilesPerStore)
 	case errors.As(err, &ee):
 		// The owner's own rate limit (429) and refusals about the owner
@@ -216,18 +216,18 @@ type storeObject struct {
 	Metadata     json.RawMessage `json:"metadata"`
 }
 
-func (s *Service) storeObject(ctx context.Context, st storeRow) (storeObject, error) {
-	c, err := s.counts(ctx, st.ID)
+func (s *Service) storeObject(ctx context.Context, st StoreRow) (storeObject, error) {
+	c, err := s.store.Counts(ctx, st.ID)
 	if err != nil {
 		return storeObject{}, err
 	}
 	active := st.LastActiveAt.Unix()
 	o := storeObject{ID: st.ID, Object: "vector_store", CreatedAt: st.CreatedAt.Unix(), Name: st.Name,
-		UsageBytes: c.UsageBytes, Status: statusCompleted, LastActiveAt: &active, Metadata: st.Metadata,
+		UsageBytes: c.UsageBytes, Status: StatusCompleted, LastActiveAt: &active, Metadata: st.Metadata,
 		FileCounts: fileCounts{InProgress: c.InProgress, Completed: c.Completed, Failed: c.Failed,
 			Cancelled: c.Cancelled, Total: c.Total}}
 	if c.InProgress > 0 {
-		o.Status = statusInProgress
+		o.Status = StatusInProgress
 	}
 	if st.ExpiresDays > 0 {
 		o.ExpiresAfter = &expiresAfter{Anchor: "last_active_at", Days: st.ExpiresDays}
@@ -264,7 +264,7 @@ type fileObject struct {
 	Attributes       json.RawMessage `json:"attributes"`
 }
 
-func toFileObject(f fileRow) fileObject {
+func toFileObject(f FileRow) fileObject {
 	o := fileObject{ID: f.FileID, Object: "vector_store.file", UsageBytes: f.UsageBytes, CreatedAt: f.CreatedAt.Unix(),
 		VectorStoreID: f.StoreID, Status: f.Status, Attributes: f.Attributes,
 		// OpenAI reports auto as the static sizes it stands for.
@@ -477,9 +477,9 @@ func (s *Service) serveCreate(w http.ResponseWriter, r *http.Request, owner stri
 		}
 	}
 	now := s.now()
-	st := storeRow{ID: newID(), Owner: owner, Name: name, Description: desc, Metadata: meta,
-		CreatedAt: now, LastActiveAt: now, ExpiresDays: days, ExpiresAt: expiresAt(now, days)}
-	rows := make([]fileRow, 0, len(ids))
+	st := StoreRow{ID: newID(), Owner: owner, Name: name, Description: desc, Metadata: meta,
+		CreatedAt: now, LastActiveAt: now, ExpiresDays: days, ExpiresAt: ExpiryOf(now, days)}
+	rows := make([]FileRow, 0, len(ids))
 	for _, id := range ids {
 		f, aerr := s.ownerFile(r, owner, id, "file_ids")
 		if aerr != nil {
@@ -503,7 +503,7 @@ func (s *Service) serveCreate(w http.ResponseWriter, r *http.Request, owner stri
 }
 
 func (s *Service) serveGet(w http.ResponseWriter, r *http.Request, owner, id string) {
-	st, err := s.getStore(r.Context(), s.db, owner, id)
+	st, err := s.getStore(r.Context(), owner, id)
 	if err != nil {
 		s.apiError(err).Write(w)
 		return
@@ -522,22 +522,22 @@ func (s *Service) serveModify(w http.ResponseWriter, r *http.Request, owner, id 
 		aerr.Write(w)
 		return
 	}
-	var p storePatch
+	var p StorePatch
 	if v := root.Get("name"); present(v) {
 		name, aerr := parseName(v, "name")
 		if aerr != nil {
 			aerr.Write(w)
 			return
 		}
-		p.name = &name
+		p.Name = &name
 	}
-	if p.metadata, aerr = metadata.Parse(root.Get("metadata")); aerr != nil {
+	if p.Metadata, aerr = metadata.Parse(root.Get("metadata")); aerr != nil {
 		aerr.Write(w)
 		return
 	}
 	if v := root.Get("expires_after"); v.Exists() {
-		p.setExpiry = true
-		if p.expiresDays, aerr = parseExpiresAfter(v); aerr != nil {
+		p.SetExpiry = true
+		if p.ExpiresDays, aerr = parseExpiresAfter(v); aerr != nil {
 			aerr.Write(w)
 			return
 		}
@@ -565,20 +565,20 @@ func (s *Service) serveDelete(w http.ResponseWriter, r *http.Request, owner, id 
 }
 
 // parseList reads limit, order, after and before.
-func parseList(r *http.Request) (listQuery, *apierror.Error) {
+func parseList(r *http.Request) (ListQuery, *apierror.Error) {
 	q := r.URL.Query()
-	lq := listQuery{limit: defaultListLimit, desc: true, after: q.Get("after"), before: q.Get("before")}
+	lq := ListQuery{Limit: defaultListLimit, Desc: true, After: q.Get("after"), Before: q.Get("before")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxListLimit {
 			return lq, apierror.InvalidParam("limit", "limit must be an integer between 1 and %d.", maxListLimit)
 		}
-		lq.limit = n
+		lq.Limit = n
 	}
 	switch q.Get("order") {
 	case "", "desc":
 	case "asc":
-		lq.desc = false
+		lq.Desc = false
 	default:
 		return lq, apierror.InvalidParam("order", "order must be 'asc' or 'desc'.")
 	}
@@ -637,7 +637,7 @@ func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request, owner, id 
 		return
 	}
 	// The store first: a missing store is the 404 to report.
-	if _, err := s.getStore(r.Context(), s.db, owner, id); err != nil {
+	if _, err := s.getStore(r.Context(), owner, id); err != nil {
 		s.apiError(err).Write(w)
 		return
 	}
@@ -647,7 +647,7 @@ func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request, owner, id 
 		return
 	}
 	rows, err := s.attachFiles(r.Context(), owner, id,
-		[]fileRow{newFile(id, owner, f.ID, f.Filename, tokens, overlap, attrs, s.now())})
+		[]FileRow{newFile(id, owner, f.ID, f.Filename, tokens, overlap, attrs, s.now())})
 	if err != nil {
 		s.apiError(err).Write(w)
 		return
@@ -663,8 +663,8 @@ func (s *Service) serveListFiles(w http.ResponseWriter, r *http.Request, owner, 
 		return
 	}
 	switch f := r.URL.Query().Get("filter"); f {
-	case "", statusInProgress, statusCompleted, statusFailed, statusCancelled:
-		lq.status = f
+	case "", StatusInProgress, StatusCompleted, StatusFailed, StatusCancelled:
+		lq.Status = f
 	default:
 		apierror.InvalidParam("filter", "Invalid value: '%s'. Supported values are: 'in_progress', 'completed', 'failed' and 'cancelled'.", f).Write(w)
 		return

@@ -2,7 +2,6 @@ package vectorstores
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path"
@@ -31,51 +30,26 @@ type fileError struct{ code, message string }
 
 func (e *fileError) Error() string { return "vectorstores: " + e.code + ": " + e.message }
 
-// errDetached stops indexing a file that was detached (or whose store was
-// deleted) meanwhile.
-var errDetached = errors.New("vectorstores: file detached while indexing")
-
-// job is a file to index: an in_progress row.
-type job struct {
-	storeID, fileID, owner, filename string
-	gen                              int64
-	chunkTokens, overlap             int
-}
-
 // pending returns up to limit files waiting to be indexed, oldest first.
-func (s *Service) pending(ctx context.Context, limit int) ([]job, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT store_id, file_id, owner, filename, gen, chunk_tokens, overlap
-		FROM store_files WHERE status = ? ORDER BY created_at LIMIT ?`, statusInProgress, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []job
-	for rows.Next() {
-		var j job
-		if err := rows.Scan(&j.storeID, &j.fileID, &j.owner, &j.filename, &j.gen, &j.chunkTokens, &j.overlap); err != nil {
-			return nil, err
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+func (s *Service) pending(ctx context.Context, limit int) ([]Job, error) {
+	return s.store.Pending(ctx, limit)
 }
 
 // index indexes one file and records the outcome. A file interrupted by
 // shutdown stays in_progress and is indexed again by the next Run.
-func (s *Service) index(ctx context.Context, j job) {
+func (s *Service) index(ctx context.Context, j Job) {
 	start := time.Now()
 	n, usage, err := s.indexFile(ctx, j)
 	if ctx.Err() != nil {
 		return
 	}
-	status, code, msg := statusCompleted, "", ""
+	status, code, msg := StatusCompleted, "", ""
 	if err != nil {
-		if errors.Is(err, errDetached) {
-			s.log.Info("vectorstores: file detached while indexing", "store", j.storeID, "file", j.fileID)
+		if errors.Is(err, ErrDetached) {
+			s.log.Info("vectorstores: file detached while indexing", "store", j.StoreID, "file", j.FileID)
 			return
 		}
-		status, usage = statusFailed, 0
+		status, usage = StatusFailed, 0
 		var fe *fileError
 		var ee *embedError
 		switch {
@@ -90,65 +64,42 @@ func (s *Service) index(ctx context.Context, j job) {
 		default:
 			code, msg = codeServer, "The file could not be indexed."
 		}
-		s.log.Warn("vectorstores: file indexing failed", "store", j.storeID, "file", j.fileID, "code", code, "err", err)
+		s.log.Warn("vectorstores: file indexing failed", "store", j.StoreID, "file", j.FileID, "code", code, "err", err)
 	}
 	// Recorded even if the service is stopping now: the work is done.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := s.finish(fctx, j, status, code, msg, usage); err != nil {
-		s.log.Error("vectorstores: record indexing outcome", "store", j.storeID, "file", j.fileID, "err", err)
+		s.log.Error("vectorstores: record indexing outcome", "store", j.StoreID, "file", j.FileID, "err", err)
 		return
 	}
-	if status == statusCompleted {
-		s.log.Info("vectorstores: file indexed", "store", j.storeID, "file", j.fileID, "chunks", n,
+	if status == StatusCompleted {
+		s.log.Info("vectorstores: file indexed", "store", j.StoreID, "file", j.FileID, "chunks", n,
 			"usage_bytes", usage, "elapsed", time.Since(start).Round(time.Millisecond))
 	}
 }
 
 // finish records a file's outcome, if the file is still the attach this
 // job indexed. A failed file keeps no chunks.
-func (s *Service) finish(ctx context.Context, j job, status, code, msg string, usage int64) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	chunks := "chunks"
-	if status != statusCompleted {
-		chunks = "0"
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET status = ?, error_code = ?, error_message = ?, usage_bytes = ?, chunks = `+chunks+`
-		WHERE store_id = ? AND file_id = ? AND gen = ? AND status = ?`,
-		status, nullString(code), nullString(msg), usage, j.storeID, j.fileID, j.gen, statusInProgress); err != nil {
-		return err
-	}
-	if status != statusCompleted {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
-			j.storeID, j.fileID, j.gen); err != nil {
-			return err
-		}
-		if err := envelope.Delete(ctx, tx, chunkKeyID(j.storeID, j.fileID, j.gen)); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
+func (s *Service) finish(ctx context.Context, j Job, status, code, msg string, usage int64) error {
+	return s.store.Finish(ctx, j, status, code, msg, usage)
 }
 
 // indexFile chunks, embeds and stores a file, returning its chunk count
 // and usage in bytes (chunk text and vectors).
-func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
+func (s *Service) indexFile(ctx context.Context, j Job) (int, int64, error) {
 	// Chunks of an attempt a crash interrupted; a new data key seals this
 	// attempt's.
 	dk, err := s.resetChunks(ctx, j)
 	if err != nil {
 		return 0, 0, err
 	}
-	ext := strings.ToLower(path.Ext(j.filename))
+	ext := strings.ToLower(path.Ext(j.Filename))
 	if !supportedExt[ext] {
 		return 0, 0, &fileError{code: codeUnsupported, message: fmt.Sprintf(
 			"Files of type '%s' are not supported for file search on this gateway: only text files (such as .txt, .md, .json, .jsonl, .csv, .html and source code) are.", ext)}
 	}
-	_, fh, err := s.files.Open(ctx, j.owner, j.fileID)
+	_, fh, err := s.files.Open(ctx, j.Owner, j.FileID)
 	if errors.Is(err, files.ErrNotFound) {
 		return 0, 0, &fileError{code: codeInvalid, message: "The file was deleted before it could be indexed."}
 	}
@@ -157,7 +108,7 @@ func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 	}
 	defer fh.Close()
 
-	ch := newChunker(fh, s.tok, j.chunkTokens, j.overlap, MaxFileTokens)
+	ch := newChunker(fh, s.tok, j.ChunkTokens, j.Overlap, MaxFileTokens)
 	var (
 		batch  []string
 		tokens int
@@ -170,10 +121,10 @@ func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 		}
 		// Checked before the embeddings are paid for, and again, in the
 		// transaction, as the chunks are stored.
-		if err := s.checkChunkLimits(ctx, s.db, j, len(batch)); err != nil {
+		if err := s.checkChunkLimits(ctx, j, len(batch)); err != nil {
 			return err
 		}
-		vecs, err := s.embed(ctx, j.owner, batch)
+		vecs, err := s.embed(ctx, j.Owner, batch)
 		if err != nil {
 			return err
 		}
@@ -194,7 +145,7 @@ func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 		case errors.Is(err, errTooManyTokens):
 			return 0, 0, &fileError{code: codeInvalid, message: fmt.Sprintf("The file has more than %d tokens.", MaxFileTokens)}
 		case err != nil:
-			return 0, 0, fmt.Errorf("vectorstores: read %s: %w", j.fileID, err)
+			return 0, 0, fmt.Errorf("vectorstores: read %s: %w", j.FileID, err)
 		}
 		if !ok {
 			break
@@ -214,95 +165,55 @@ func (s *Service) indexFile(ctx context.Context, j job) (int, int64, error) {
 	return seq, usage, nil
 }
 
-// insertChunks stores a batch of chunks, if the file is still the attach
-// being indexed (else errDetached: nothing is written). It returns the
-// bytes stored.
-func (s *Service) insertChunks(ctx context.Context, j job, dk *envelope.DataKey, seq int, texts []string, vecs [][]float32) (int64, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
-	var one int
-	if err := tx.QueryRowContext(ctx, `SELECT 1 FROM store_files WHERE store_id = ? AND file_id = ? AND gen = ? AND status = ?`,
-		j.storeID, j.fileID, j.gen, statusInProgress).Scan(&one); errors.Is(err, sql.ErrNoRows) {
-		return 0, errDetached
-	} else if err != nil {
-		return 0, err
-	}
-	if err := s.checkChunkLimits(ctx, tx, j, len(texts)); err != nil {
-		return 0, err
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = chunks + ? WHERE store_id = ? AND file_id = ? AND gen = ?`,
-		len(texts), j.storeID, j.fileID, j.gen); err != nil {
-		return 0, err
-	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO chunks (store_id, file_id, gen, seq, text, sealed_text, vector) VALUES (?, ?, ?, ?, '', ?, ?)`)
-	if err != nil {
-		return 0, err
-	}
-	defer stmt.Close()
+// insertChunks seals and stores a batch of chunks, if the file is still the
+// attach being indexed (else ErrDetached: nothing is written), and the
+// chunk limits, checked again as they are stored, allow. It returns the
+// bytes stored (text and vectors).
+func (s *Service) insertChunks(ctx context.Context, j Job, dk *envelope.DataKey, seq int, texts []string, vecs [][]float32) (int64, error) {
+	chunks := make([]Chunk, len(texts))
 	var n int64
 	for i, text := range texts {
 		v := encodeVector(vecs[i])
-		sealed := dk.Seal(chunkField(int64(seq+i)), []byte(text))
-		if _, err := stmt.ExecContext(ctx, j.storeID, j.fileID, j.gen, seq+i, sealed, v); err != nil {
-			return 0, err
-		}
+		chunks[i] = Chunk{Seq: int64(seq + i), Sealed: dk.Seal(chunkField(int64(seq+i)), []byte(text)), Vector: v}
 		n += int64(len(text) + len(v))
 	}
-	return n, tx.Commit()
+	err := s.store.InsertChunks(ctx, j, chunks, func(inStore, ofOwner int64) error {
+		return s.chunkLimitError(inStore, ofOwner, len(texts))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // resetChunks deletes the chunks of j's generation and zeroes its count,
-// and makes the generation a new data key for its chunks (errDetached if
+// and gives the generation a new data key for its chunks (ErrDetached if
 // the file is no longer attached: no key is left behind).
-func (s *Service) resetChunks(ctx context.Context, j job) (*envelope.DataKey, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
+func (s *Service) resetChunks(ctx context.Context, j Job) (*envelope.DataKey, error) {
+	dk, wrapped, err := s.keys.NewDataKey(chunkKeyID(j.StoreID, j.FileID, j.Gen))
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
-		j.storeID, j.fileID, j.gen); err != nil {
+	if err := s.store.ResetChunks(ctx, j, wrapped); err != nil {
 		return nil, err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ?`,
-		j.storeID, j.fileID, j.gen)
-	if err != nil {
-		return nil, err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return nil, err
-	} else if n == 0 {
-		return nil, errDetached
-	}
-	kid := chunkKeyID(j.storeID, j.fileID, j.gen)
-	if err := envelope.Delete(ctx, tx, kid); err != nil {
-		return nil, err
-	}
-	dk, err := s.keys.Create(ctx, tx, kid)
-	if err != nil {
-		return nil, err
-	}
-	return dk, tx.Commit()
-}
-
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	return dk, nil
 }
 
 // checkChunkLimits fails j (a *fileError naming the limit) if n more chunks
 // would take its store past maxStore or its owner past maxOwner. The counts
 // include the chunks j stored so far, and those of files being indexed.
-func (s *Service) checkChunkLimits(ctx context.Context, q querier, j job, n int) error {
-	var inStore, ofOwner int64
-	if err := q.QueryRowContext(ctx, `SELECT
-		(SELECT COALESCE(SUM(chunks), 0) FROM store_files WHERE store_id = ?),
-		(SELECT COALESCE(SUM(chunks), 0) FROM store_files WHERE owner = ?)`,
-		j.storeID, j.owner).Scan(&inStore, &ofOwner); err != nil {
+func (s *Service) checkChunkLimits(ctx context.Context, j Job, n int) error {
+	inStore, ofOwner, err := s.store.ChunkCounts(ctx, j.StoreID, j.Owner)
+	if err != nil {
 		return err
 	}
+	return s.chunkLimitError(inStore, ofOwner, n)
+}
+
+// chunkLimitError is the *fileError of n more chunks in a store holding
+// inStore of an owner holding ofOwner, nil if they fit.
+func (s *Service) chunkLimitError(inStore, ofOwner int64, n int) error {
 	switch {
 	case inStore+int64(n) > s.maxStore:
 		return &fileError{code: codeInvalid, message: fmt.Sprintf(

@@ -50,17 +50,17 @@ func TestChunkLimits(t *testing.T) {
 
 	a, b := e.upload("alice", "a.txt", text), e.upload("alice", "b.txt", text)
 	s1 := newStore("alice", a)
-	if st, _, msg := fileStatus("alice", s1, a); st != statusCompleted {
+	if st, _, msg := fileStatus("alice", s1, a); st != StatusCompleted {
 		t.Fatalf("first file: %s %s", st, msg)
 	}
 	e.ok("alice", http.MethodPost, "/v1/vector_stores/"+s1+"/files", `{"file_id":"`+b+`",`+static+`}`, "VectorStoreFileObject")
 	e.wait("alice", s1)
 	st, code, msg := fileStatus("alice", s1, b)
-	if st != statusFailed || code != codeInvalid || !strings.Contains(msg, fmt.Sprintf("limit of %d chunks", k+k/2)) {
+	if st != StatusFailed || code != codeInvalid || !strings.Contains(msg, fmt.Sprintf("limit of %d chunks", k+k/2)) {
 		t.Fatalf("file past the store's limit: %s %s %q", st, code, msg)
 	}
 	var left int
-	if err := e.svc.db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM chunks WHERE file_id = ?`, b).Scan(&left); err != nil || left != 0 {
+	if err := e.svc.testDB().QueryRowContext(t.Context(), `SELECT COUNT(*) FROM chunks WHERE file_id = ?`, b).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("the failed file kept %d chunks (%v)", left, err)
 	}
 	res := e.ok("alice", http.MethodPost, "/v1/vector_stores/"+s1+"/search", `{"query":"lighthouses"}`, "VectorStoreSearchResultsPage")
@@ -73,20 +73,20 @@ func TestChunkLimits(t *testing.T) {
 	c, d, f := e.upload("alice", "c.txt", text), e.upload("alice", "d.txt", text), e.upload("alice", "f.txt", text)
 	s2, s3 := newStore("alice", c), newStore("alice", d)
 	for _, x := range []struct{ s, f string }{{s2, c}, {s3, d}} {
-		if st, _, msg := fileStatus("alice", x.s, x.f); st != statusCompleted {
+		if st, _, msg := fileStatus("alice", x.s, x.f); st != StatusCompleted {
 			t.Fatalf("file within the owner's limit: %s %s", st, msg)
 		}
 	}
 	s4 := newStore("alice", f)
 	st, code, msg = fileStatus("alice", s4, f)
-	if st != statusFailed || code != codeInvalid || !strings.Contains(msg, fmt.Sprintf("limit of %d chunks in all", 3*k+k/2)) {
+	if st != StatusFailed || code != codeInvalid || !strings.Contains(msg, fmt.Sprintf("limit of %d chunks in all", 3*k+k/2)) {
 		t.Fatalf("file past the owner's limit: %s %s %q", st, code, msg)
 	}
 
 	// Another owner has its own quota.
 	g := e.upload("bob", "g.txt", text)
 	s5 := newStore("bob", g)
-	if st, _, msg := fileStatus("bob", s5, g); st != statusCompleted {
+	if st, _, msg := fileStatus("bob", s5, g); st != StatusCompleted {
 		t.Fatalf("another owner's file: %s %s", st, msg)
 	}
 
@@ -96,7 +96,7 @@ func TestChunkLimits(t *testing.T) {
 	e.ok("alice", http.MethodDelete, "/v1/vector_stores/"+s4+"/files/"+f, "", "DeleteVectorStoreFileResponse")
 	e.ok("alice", http.MethodPost, "/v1/vector_stores/"+s4+"/files", `{"file_id":"`+f+`",`+static+`}`, "VectorStoreFileObject")
 	e.wait("alice", s4)
-	if st, _, msg := fileStatus("alice", s4, f); st != statusCompleted {
+	if st, _, msg := fileStatus("alice", s4, f); st != StatusCompleted {
 		t.Fatalf("file attached again after room was made: %s %s", st, msg)
 	}
 }

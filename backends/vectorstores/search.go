@@ -2,7 +2,6 @@ package vectorstores
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,7 +53,7 @@ func (s *Service) Search(ctx context.Context, owner string, storeIDs []string, q
 // the first of storeIDs that is not a live store of owner, nil if all are.
 func (s *Service) CheckStores(ctx context.Context, owner string, storeIDs []string) error {
 	for _, id := range storeIDs {
-		if _, err := s.getStore(ctx, s.db, owner, id); err != nil {
+		if _, err := s.getStore(ctx, owner, id); err != nil {
 			return err
 		}
 	}
@@ -96,64 +95,50 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 	if err != nil {
 		return fmt.Errorf("vectorstores: search %s: %w", id, err)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT c.file_id, c.gen, c.seq, f.filename, f.attributes, c.text, c.sealed_text, c.vector
-		FROM chunks c JOIN store_files f ON f.store_id = c.store_id AND f.file_id = c.file_id AND f.gen = c.gen
-		WHERE c.store_id = ? AND f.status = ?`, id, statusCompleted)
-	if err != nil {
-		return fmt.Errorf("vectorstores: search %s: %w", id, err)
-	}
-	defer rows.Close()
 	var (
-		fileID, filename, text string
-		gen, seq               int64
-		attrs                  *string
-		sealed, vec            []byte
-		mismatched             int
-		allowed                = map[string]bool{} // filter outcome per file
+		mismatched int
+		allowed    = map[string]bool{} // filter outcome per file
 	)
-	for rows.Next() {
-		if err := rows.Scan(&fileID, &gen, &seq, &filename, &attrs, &text, &sealed, &vec); err != nil {
-			return fmt.Errorf("vectorstores: search %s: %w", id, err)
-		}
+	err = s.store.Scan(ctx, id, func(c ScannedChunk) error {
 		// The text is opened only when scoring or a result needs it: a
 		// search reads every chunk, and most score on the vector alone.
 		// A chunk whose key is gone belongs to a file detached since the
 		// scan began: skipped, as the next scan would not see it.
-		opened := sealed == nil
-		gone := false
+		text := c.Text
+		opened, gone := c.Sealed == nil, false
 		open := func() error {
 			if opened {
 				return nil
 			}
-			pt, err := keys.open(ctx, chunkKeyID(id, fileID, gen), chunkField(seq), sealed)
+			pt, err := keys.open(ctx, FileGen{c.FileID, c.Gen}, chunkField(c.Seq), c.Sealed)
 			if errors.Is(err, envelope.ErrNoKey) {
 				gone = true
 				return nil
 			}
 			if err != nil {
-				return fmt.Errorf("vectorstores: search %s: %w", id, err)
+				return err
 			}
 			text, opened = string(pt), true
 			return nil
 		}
 		if p.filter != nil {
-			ok, seen := allowed[fileID]
+			ok, seen := allowed[c.FileID]
 			if !seen {
 				a := gjson.Result{}
-				if attrs != nil {
-					a = gjson.Parse(*attrs)
+				if c.Attributes != nil {
+					a = gjson.ParseBytes(c.Attributes)
 				}
 				ok = p.filter.match(a)
-				allowed[fileID] = ok
+				allowed[c.FileID] = ok
 			}
 			if !ok {
-				continue
+				return nil
 			}
 		}
 		var words map[string]bool
 		best := -1.0
 		for i, q := range qvecs {
-			cos, ok := dot(q, vec)
+			cos, ok := dot(q, c.Vector)
 			if !ok {
 				mismatched++
 				break
@@ -182,21 +167,18 @@ func (s *Service) scan(ctx context.Context, id string, qvecs [][]float32, qterms
 			best = max(best, sc)
 		}
 		if gone || best < 0 || best < p.threshold || !top.wants(best) {
-			continue
-		}
-		var a []byte
-		if attrs != nil {
-			a = []byte(*attrs)
+			return nil
 		}
 		if err := open(); err != nil {
 			return err
 		}
 		if gone {
-			continue
+			return nil
 		}
-		top.add(Result{FileID: fileID, Filename: filename, Score: best, Text: text, Attributes: a})
-	}
-	if err := rows.Err(); err != nil {
+		top.add(Result{FileID: c.FileID, Filename: c.Filename, Score: best, Text: text, Attributes: c.Attributes})
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("vectorstores: search %s: %w", id, err)
 	}
 	if mismatched > 0 {
@@ -251,53 +233,4 @@ func wordSet(text string) map[string]bool {
 		m[t] = true
 	}
 	return m
-}
-
-// storeKeys are a store's chunk data keys, wrapped, unwrapped on first use.
-type storeKeys struct {
-	db      *sql.DB
-	ring    *envelope.Keyring
-	wrapped map[string][]byte
-	keys    map[string]*envelope.DataKey
-}
-
-// chunkKeys reads the wrapped data keys of store id.
-func (s *Service) chunkKeys(ctx context.Context, id string) (*storeKeys, error) {
-	prefix := storeKeyPrefix(id)
-	rows, err := s.db.QueryContext(ctx, `SELECT object_id, wrapped FROM data_keys WHERE object_id >= ? AND object_id < ?`,
-		prefix, prefix+"\xff")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	k := &storeKeys{db: s.db, ring: s.keys, wrapped: map[string][]byte{}, keys: map[string]*envelope.DataKey{}}
-	for rows.Next() {
-		var oid string
-		var w []byte
-		if err := rows.Scan(&oid, &w); err != nil {
-			return nil, err
-		}
-		k.wrapped[oid] = w
-	}
-	return k, rows.Err()
-}
-
-// open decrypts a sealed chunk of the generation keyID. A key missing
-// from those read before the scan is of a file whose indexing completed
-// since: it is read now (on another connection).
-func (k *storeKeys) open(ctx context.Context, keyID, field string, sealed []byte) ([]byte, error) {
-	dk := k.keys[keyID]
-	if dk == nil {
-		var err error
-		if w, ok := k.wrapped[keyID]; ok {
-			dk, err = k.ring.Unwrap(keyID, w)
-		} else {
-			dk, err = k.ring.Get(ctx, k.db, keyID)
-		}
-		if err != nil {
-			return nil, err
-		}
-		k.keys[keyID] = dk
-	}
-	return dk.Open(field, sealed)
 }

@@ -42,20 +42,17 @@ package vectorstores
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/caller"
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/internal/envelope"
-	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 	"github.com/switchyard-ai/switchyard/internal/tokenizer"
 )
 
@@ -75,8 +72,14 @@ type Gateway interface {
 
 // Options configures a Service.
 type Options struct {
-	// DataDir holds vectorstores.db.
+	// DataDir holds vectorstores.db (when Store is nil) and the key file
+	// of encryption at rest (when Keys is nil).
 	DataDir string
+	// Store keeps the stores, files and chunks (default: the SQLite store
+	// in DataDir/vectorstores.db, OpenSQLiteStore). The Service closes it.
+	Store Store
+	// Keys seals the chunks Store keeps (default: envelope.Load(DataDir)).
+	Keys *envelope.Keyring
 	// Files reads the files attached to stores.
 	Files Files
 	// Gateway embeds chunks and queries through /v1/embeddings.
@@ -177,9 +180,8 @@ type Result struct {
 
 // Service serves /v1/vector_stores and indexes and searches the stores.
 type Service struct {
-	db         *sql.DB
-	keys       *envelope.Keyring // seals chunk text (see db.go)
-	eraser     *sqlitedb.Eraser
+	store      Store
+	keys       *envelope.Keyring // seals chunk text (seal.go)
 	files      Files
 	gw         Gateway
 	model      string
@@ -201,11 +203,12 @@ type Service struct {
 
 type fileKey struct{ store, file string }
 
-// New opens (creating it if necessary) DATA_DIR/vectorstores.db. Files are
+// New opens the store (by default creating DATA_DIR/vectorstores.db if
+// necessary). Files are
 // indexed only while Run runs.
 func New(ctx context.Context, opts Options) (*Service, error) {
 	switch {
-	case opts.DataDir == "":
+	case opts.DataDir == "" && (opts.Store == nil || opts.Keys == nil):
 		return nil, errors.New("vectorstores: empty data directory")
 	case opts.Files == nil:
 		return nil, errors.New("vectorstores: no files store")
@@ -222,20 +225,20 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vectorstores: %w", err)
 	}
-	keys, err := envelope.Load(opts.DataDir)
-	if err != nil {
-		return nil, fmt.Errorf("vectorstores: open: %w", err)
+	keys := opts.Keys
+	if keys == nil {
+		if keys, err = envelope.Load(opts.DataDir); err != nil {
+			return nil, fmt.Errorf("vectorstores: open: %w", err)
+		}
 	}
-	db, err := openDB(ctx, filepath.Join(opts.DataDir, dbFile))
-	if err != nil {
-		return nil, fmt.Errorf("vectorstores: open: %w", err)
-	}
-	if err := keys.Check(ctx, db); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("vectorstores: open: %w", err)
+	st := opts.Store
+	if st == nil {
+		if st, err = OpenSQLiteStore(ctx, opts.DataDir, keys, opts.Logger); err != nil {
+			return nil, err
+		}
 	}
 	s := &Service{
-		db: db, keys: keys, eraser: sqlitedb.NewEraser(db), files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
+		store: st, keys: keys, files: opts.Files, gw: opts.Gateway, model: opts.EmbeddingModel, origin: opts.Origin,
 		tok: tok, workers: opts.Concurrency, maxStore: opts.MaxStoreChunks, maxOwner: opts.MaxOwnerChunks, sweepEvery: opts.SweepInterval, clock: opts.Now, log: opts.Logger,
 		wake: make(chan struct{}, 1), active: map[fileKey]bool{},
 	}
@@ -260,15 +263,11 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if err := s.sealLegacy(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("vectorstores: open: %w", err)
-	}
 	return s, nil
 }
 
-// Close closes the database; stop Run first.
-func (s *Service) Close() error { return s.db.Close() }
+// Close closes the store; stop Run first.
+func (s *Service) Close() error { return s.store.Close() }
 
 // now is the clock at the nanosecond precision the database keeps.
 func (s *Service) now() time.Time { return time.Unix(0, s.clock().UnixNano()).UTC() }
@@ -299,7 +298,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	dispatch:
 		for _, j := range jobs {
-			k := fileKey{j.storeID, j.fileID}
+			k := fileKey{j.StoreID, j.FileID}
 			s.mu.Lock()
 			busy := s.active[k]
 			s.mu.Unlock()
