@@ -12,13 +12,13 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
-// supportedExt are the file types indexed, all read as UTF-8 text: OpenAI's
-// text types for file search, plus common data and markup formats. PDF and
-// Office documents would need extraction this gateway does not do.
+// supportedExt are the file types indexed: OpenAI's text types for file
+// search and common data and markup formats, read as UTF-8 text, and PDF,
+// DOCX and HTML, whose text is extracted first (extract.go).
 var supportedExt = map[string]bool{
 	".txt": true, ".md": true, ".markdown": true, ".rst": true, ".tex": true, ".log": true,
 	".json": true, ".jsonl": true, ".csv": true, ".tsv": true, ".xml": true, ".yaml": true, ".yml": true, ".toml": true,
-	".html": true, ".htm": true, ".css": true,
+	".html": true, ".htm": true, ".css": true, ".pdf": true, ".docx": true,
 	".c": true, ".h": true, ".cc": true, ".cpp": true, ".hpp": true, ".cs": true, ".go": true, ".java": true,
 	".js": true, ".mjs": true, ".ts": true, ".tsx": true, ".jsx": true, ".kt": true, ".php": true, ".py": true,
 	".rb": true, ".rs": true, ".scala": true, ".sh": true, ".sql": true, ".swift": true,
@@ -97,9 +97,9 @@ func (s *Service) indexFile(ctx context.Context, j Job) (int, int64, error) {
 	ext := strings.ToLower(path.Ext(j.Filename))
 	if !supportedExt[ext] {
 		return 0, 0, &fileError{code: codeUnsupported, message: fmt.Sprintf(
-			"Files of type '%s' are not supported for file search on this gateway: only text files (such as .txt, .md, .json, .jsonl, .csv, .html and source code) are.", ext)}
+			"Files of type '%s' are not supported for file search on this gateway: only PDF, DOCX, HTML and text files (such as .txt, .md, .json, .jsonl, .csv and source code) are.", ext)}
 	}
-	_, fh, err := s.files.Open(ctx, j.Owner, j.FileID)
+	f, fh, err := s.files.Open(ctx, j.Owner, j.FileID)
 	if errors.Is(err, files.ErrNotFound) {
 		return 0, 0, &fileError{code: codeInvalid, message: "The file was deleted before it could be indexed."}
 	}
@@ -107,8 +107,12 @@ func (s *Service) indexFile(ctx context.Context, j Job) (int, int64, error) {
 		return 0, 0, err
 	}
 	defer fh.Close()
+	text, err := extractText(ext, fh, fh, f.Bytes)
+	if err != nil {
+		return 0, 0, err
+	}
 
-	ch := newChunker(fh, s.tok, j.ChunkTokens, j.Overlap, MaxFileTokens)
+	ch := newChunker(text, s.tok, j.ChunkTokens, j.Overlap, MaxFileTokens)
 	var (
 		batch  []string
 		tokens int

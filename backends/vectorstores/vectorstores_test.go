@@ -21,7 +21,7 @@ func corpus(e *env, owner string) map[string]string {
 		"pets":    e.upload(owner, "pets.txt", "Cats are small carnivorous mammals. They purr and sleep most of the day."),
 		"guide":   e.upload(owner, "guide.md", "# Sample guide\n\nThis sample document explains the sample procedure for testing."),
 		"numbers": e.upload(owner, "numbers.csv", "id,value\n1,alpha\n2,beta\n"),
-		"pdf":     e.upload(owner, "report.pdf", "%PDF-1.4 binary-ish content"),
+		"pdf":     e.upload(owner, "deck.pptx", "PK binary-ish content"),
 		"bad":     e.upload(owner, "bad.txt", "valid start \xff\xfe then invalid bytes"),
 	}
 }
