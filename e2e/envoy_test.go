@@ -203,7 +203,7 @@ models:
 	}
 	t.Cleanup(s.cp.Close)
 	dataDir := t.TempDir()
-	store, err := keys.Open(ctx, dataDir)
+	store, err := keys.OpenSQLite(ctx, dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.closers = append(c.closers, cancel)
 
-	store, err := keys.Open(ctx, opts.DataDir)
+	store, err := keys.OpenSQLite(ctx, opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
