@@ -247,7 +247,7 @@ func (s *Store) serveUpload(w http.ResponseWriter, r *http.Request, owner string
 	)
 	defer func() {
 		if st != nil {
-			s.discard(st)
+			s.discard(r.Context(), st.id)
 		}
 	}()
 	fail := func(err error) { s.apiError(err, "").Write(w) }
