@@ -1,28 +1,33 @@
 // Package files owns the OpenAI Files API of the gateway's backends
-// (/v1/files): streaming uploads to disk, file metadata in SQLite
-// (DATA_DIR/files.db), blobs under DATA_DIR/files/, listing, content
-// download, deletion and retention (expires_at and a sweeper).
+// (/v1/files): streaming uploads, file metadata, content download,
+// listing, deletion and retention (expires_at and a sweeper).
 // docs/backends-design.md is the contract; the batch runner and the
 // Responses service use a *Store through interfaces they declare.
 //
+// Store is the service; http.go serves it. It keeps files in two stores it
+// declares and any implementation may provide: Metadata (rows, wrapped
+// data keys, tombstones; SQLiteMetadata keeps them in DATA_DIR/files.db)
+// and Blobs (content; DiskBlobs keeps it under DATA_DIR/files/). filestest
+// is the conformance suite of both; Open assembles the SQLite and disk ones.
+//
 // A file is a row plus a blob named after its id. The row is written only
-// once the blob is complete on disk (streamed to a ".part" file, fsynced and
-// renamed into place), and a delete removes the row before the blob, so a
-// visible row always has its whole content and a crash leaves at worst an
-// unreferenced blob, which Open removes. A deleted or swept file leaves a
-// tombstone (id, owner, created_at) that only List reads, so the file still
-// works as an after cursor for CursorRetention; the sweeper removes it then.
-// Content never passes through memory
-// as a whole: uploads and downloads are copied with a fixed-size buffer.
+// once the blob is complete and durable (Blobs.Put), and a delete removes
+// the row before the blob, so a visible row always has its whole content
+// and a crash leaves at worst an unreferenced blob, which Open removes. A
+// deleted or swept file leaves a tombstone (id, owner, created_at) that
+// only List reads, so the file still works as an after cursor for
+// CursorRetention; the sweeper removes it then. Content never passes
+// through memory as a whole: uploads and downloads are streamed.
 //
-// Blobs are sealed at rest (envelope): each file's content is a sealed
-// stream under a data key of its own, stored wrapped in files.db beside
-// the row and inserted and deleted in the same transaction, so a deleted
-// file's blob is unreadable even where a copy of it survives.
+// Blobs are sealed at rest (envelope) above the blob store, which only
+// ever holds ciphertext: each file's content is a sealed stream under a
+// data key of its own, stored wrapped beside the row and inserted and
+// deleted with it, so a deleted file's blob is unreadable even where a
+// copy of it survives.
 //
-// One Store owns a data directory: Open cleans up what a crashed process
-// left behind, which would race with another process uploading into the
-// same directory.
+// One Store opened by Open owns a data directory: Open cleans up what a
+// crashed process left behind, which would race with another process
+// uploading into the same directory.
 package files
 
 import (
