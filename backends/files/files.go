@@ -324,6 +324,10 @@ func (s *Store) stage(ctx context.Context, r io.Reader, maxBytes int64) (*staged
 	}
 	src := &sourceReader{ctx: ctx, r: r}
 	plain, err := s.putSealed(ctx, id, dk, src, maxBytes)
+	if err != nil && src.err == nil && ctx.Err() != nil {
+		// The blob store saw the request end before the source did.
+		src.err = ctx.Err()
+	}
 	switch {
 	case src.err != nil:
 		return nil, &readError{err: src.err}
