@@ -223,7 +223,7 @@ providers:
 	}
 	t.Cleanup(s.cp.Close)
 	s.adminURL = "http://" + s.cp.AdminAddr.String()
-	store, err := keys.Open(ctx, dataDir)
+	store, err := keys.OpenSQLite(ctx, dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -298,7 +298,7 @@ func TestRevocationUnderLoad(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // under load, and cached everywhere
 
-	cli, err := keys.Open(context.Background(), s.dataDir)
+	cli, err := keys.OpenSQLite(context.Background(), s.dataDir)
 	if err != nil {
 		t.Fatal(err)
 	}

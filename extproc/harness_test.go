@@ -53,7 +53,7 @@ func (f fakeKeys) Lookup(_ context.Context, secret string) (keys.Key, error) {
 	return k, nil
 }
 
-// LookupOwner finds the active key of a rotation chain, as keys.Store does
+// LookupOwner finds the active key of a rotation chain, as keys.SQLiteStore does
 // (the newest when several are active).
 func (f fakeKeys) LookupOwner(_ context.Context, owner string) (keys.Key, error) {
 	var found keys.Key

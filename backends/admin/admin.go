@@ -41,7 +41,8 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
-// KeyStore is the key database; *keys.Store satisfies it.
+// KeyStore is the key management the admin API needs, declared here, its
+// consumer; *keys.SQLiteStore implements it (keystest checks implementations).
 type KeyStore interface {
 	Issue(ctx context.Context, sp keys.Spec) (string, keys.Key, error)
 	List(ctx context.Context) ([]keys.Key, error)

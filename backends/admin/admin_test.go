@@ -16,9 +16,9 @@ import (
 
 const token = "admin-token-for-tests-0123"
 
-func newAPI(t *testing.T) (*httptest.Server, *keys.Store, *int) {
+func newAPI(t *testing.T) (*httptest.Server, *keys.SQLiteStore, *int) {
 	t.Helper()
-	store, err := keys.Open(context.Background(), t.TempDir())
+	store, err := keys.OpenSQLite(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestUnauthenticated(t *testing.T) {
 
 func TestNewRefusesWeakToken(t *testing.T) {
 	cfg := func() *config.Config { return &config.Config{} }
-	if _, err := New(Options{Token: "short", Keys: &keys.Store{}, Config: cfg}); err == nil {
+	if _, err := New(Options{Token: "short", Keys: &keys.SQLiteStore{}, Config: cfg}); err == nil {
 		t.Error("accepted a short token")
 	}
 }

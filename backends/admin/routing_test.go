@@ -37,7 +37,7 @@ models:
 	if _, err := cp.Update(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(Options{Keys: &keys.Store{}, Token: token, Config: cp.Config, Routing: cp, Logger: slog.New(slog.DiscardHandler)})
+	h, err := New(Options{Keys: &keys.SQLiteStore{}, Token: token, Config: cp.Config, Routing: cp, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func TestDeletedFileStillACursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left int
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM file_tombstones`).Scan(&left); err != nil || left != 0 {
+	if err := sqliteDB(s).QueryRowContext(ctx, `SELECT count(*) FROM file_tombstones`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d tombstones left after CursorRetention, %v", left, err)
 	}
 	if _, _, err := s.List(ctx, "a", ListQuery{After: want[0]}); !errors.Is(err, ErrInvalid) {

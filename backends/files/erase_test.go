@@ -78,18 +78,18 @@ func TestBlobsSealedAndDeleteErases(t *testing.T) {
 	}
 	c.Close()
 
-	copyOfBlob, err := os.ReadFile(s.blobPath(obj.ID))
+	copyOfBlob, err := os.ReadFile(blobPath(s, obj.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wrapped []byte
-	if err := s.db.QueryRow(`SELECT wrapped FROM data_keys WHERE object_id = ?`, obj.ID).Scan(&wrapped); err != nil {
+	if err := sqliteDB(s).QueryRow(`SELECT wrapped FROM data_keys WHERE object_id = ?`, obj.ID).Scan(&wrapped); err != nil {
 		t.Fatal(err)
 	}
 	if rec := serve(t, s, http.MethodDelete, "/v1/files/"+obj.ID, "owner-a", "", nil); rec.Code != http.StatusOK {
 		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
 	}
-	if _, err := s.keys.Get(ctx, s.db, obj.ID); !errors.Is(err, envelope.ErrNoKey) {
+	if _, err := s.keys.Get(ctx, sqliteDB(s), obj.ID); !errors.Is(err, envelope.ErrNoKey) {
 		t.Fatalf("data key after delete: %v", err)
 	}
 	if f := filesContaining(t, dir, wrapped); len(f) > 0 {
@@ -109,12 +109,12 @@ func TestTamperedBlobFailsToRead(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir(), Options{})
 	f := mustCreate(t, s, "a", File{Filename: "a.txt", Purpose: PurposeUserData}, strings.Repeat("x", 1000))
-	b, err := os.ReadFile(s.blobPath(f.ID))
+	b, err := os.ReadFile(blobPath(s, f.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
 	b[len(b)-20] ^= 1
-	if err := os.WriteFile(s.blobPath(f.ID), b, 0o600); err != nil {
+	if err := os.WriteFile(blobPath(s, f.ID), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, c, err := s.Open(ctx, "a", f.ID)
@@ -143,13 +143,13 @@ func TestLegacyBlobsSealedOnOpen(t *testing.T) {
 	}
 	// Make them what an earlier binary left: plaintext blobs, no keys.
 	for _, id := range ids {
-		if err := os.WriteFile(s.blobPath(id), []byte(marker), 0o600); err != nil {
+		if err := os.WriteFile(blobPath(s, id), []byte(marker), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.db.Exec(`UPDATE files SET sealed = 0 WHERE id = ?`, id); err != nil {
+		if _, err := sqliteDB(s).Exec(`UPDATE files SET sealed = 0 WHERE id = ?`, id); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.db.Exec(`DELETE FROM data_keys WHERE object_id = ?`, id); err != nil {
+		if _, err := sqliteDB(s).Exec(`DELETE FROM data_keys WHERE object_id = ?`, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,10 +163,10 @@ func TestLegacyBlobsSealedOnOpen(t *testing.T) {
 	sw, _ := dk.NewWriter(&sealed, blobField)
 	sw.Write([]byte(marker))
 	sw.Close()
-	if err := os.WriteFile(s.blobPath(ids[2])+sealSuffix, sealed.Bytes(), 0o600); err != nil {
+	if err := os.WriteFile(blobPath(s, ids[2])+sealSuffix, sealed.Bytes(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.markSealed(ctx, ids[2], wrapped); err != nil {
+	if err := s.meta.(*SQLiteMetadata).markSealed(ctx, ids[2], wrapped); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -1,46 +1,48 @@
 // Package files owns the OpenAI Files API of the gateway's backends
-// (/v1/files): streaming uploads to disk, file metadata in SQLite
-// (DATA_DIR/files.db), blobs under DATA_DIR/files/, listing, content
-// download, deletion and retention (expires_at and a sweeper).
+// (/v1/files): streaming uploads, file metadata, content download,
+// listing, deletion and retention (expires_at and a sweeper).
 // docs/backends-design.md is the contract; the batch runner and the
 // Responses service use a *Store through interfaces they declare.
 //
+// Store is the service; http.go serves it. It keeps files in two stores it
+// declares and any implementation may provide: Metadata (rows, wrapped
+// data keys, tombstones; SQLiteMetadata keeps them in DATA_DIR/files.db)
+// and Blobs (content; DiskBlobs keeps it under DATA_DIR/files/). filestest
+// is the conformance suite of both; Open assembles the SQLite and disk ones.
+//
 // A file is a row plus a blob named after its id. The row is written only
-// once the blob is complete on disk (streamed to a ".part" file, fsynced and
-// renamed into place), and a delete removes the row before the blob, so a
-// visible row always has its whole content and a crash leaves at worst an
-// unreferenced blob, which Open removes. A deleted or swept file leaves a
-// tombstone (id, owner, created_at) that only List reads, so the file still
-// works as an after cursor for CursorRetention; the sweeper removes it then.
-// Content never passes through memory
-// as a whole: uploads and downloads are copied with a fixed-size buffer.
+// once the blob is complete and durable (Blobs.Put), and a delete removes
+// the row before the blob, so a visible row always has its whole content
+// and a crash leaves at worst an unreferenced blob, which Open removes. A
+// deleted or swept file leaves a tombstone (id, owner, created_at) that
+// only List reads, so the file still works as an after cursor for
+// CursorRetention; the sweeper removes it then. Content never passes
+// through memory as a whole: uploads and downloads are streamed.
 //
-// Blobs are sealed at rest (envelope): each file's content is a sealed
-// stream under a data key of its own, stored wrapped in files.db beside
-// the row and inserted and deleted in the same transaction, so a deleted
-// file's blob is unreadable even where a copy of it survives.
+// Blobs are sealed at rest (envelope) above the blob store, which only
+// ever holds ciphertext: each file's content is a sealed stream under a
+// data key of its own, stored wrapped beside the row and inserted and
+// deleted with it, so a deleted file's blob is unreadable even where a
+// copy of it survives.
 //
-// One Store owns a data directory: Open cleans up what a crashed process
-// left behind, which would race with another process uploading into the
-// same directory.
+// One Store opened by Open owns a data directory: Open cleans up what a
+// crashed process left behind, which would race with another process
+// uploading into the same directory.
 package files
 
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/switchyard-ai/switchyard/internal/envelope"
-	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 // Purposes of a file. Clients may upload every purpose but PurposeBatchOutput,
@@ -132,31 +134,28 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Store is the file store. It is safe for concurrent use.
+// Store is the files service: the Files API's operations over a Metadata
+// store (rows, data keys, tombstones) and a Blobs store (sealed content).
+// It seals content on the way in and opens it on the way out, so the blob
+// store holds ciphertext only. It is safe for concurrent use.
 type Store struct {
-	db         *sql.DB
+	meta       Metadata
+	blobs      Blobs
 	keys       *envelope.Keyring
-	eraser     *sqlitedb.Eraser
-	blobDir    string
 	maxBytes   int64
 	sweepEvery time.Duration
 	log        *slog.Logger
 	clock      func() time.Time
 }
 
-// Open opens, creating if necessary, the file store in the data directory
-// dir: metadata in dir/files.db, blobs in dir/files/. It removes what a
-// crash left behind (partial uploads, blobs without a row) before returning.
-func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
-	if dir == "" {
-		return nil, errors.New("files: open: empty data directory")
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("files: open: %w", err)
-	}
+// New returns the files service over meta and blobs, sealing content under
+// data keys wrapped by ring. Close closes meta and blobs when they have a
+// Close method.
+func New(meta Metadata, blobs Blobs, ring *envelope.Keyring, opts Options) *Store {
 	s := &Store{
-		blobDir:    filepath.Join(abs, blobDirName),
+		meta:       meta,
+		blobs:      blobs,
+		keys:       ring,
 		maxBytes:   opts.MaxBytes,
 		sweepEvery: opts.SweepInterval,
 		log:        opts.Logger,
@@ -174,49 +173,68 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if s.clock == nil {
 		s.clock = time.Now
 	}
-	// 0700: uploads are other people's data.
-	if err := os.MkdirAll(s.blobDir, 0o700); err != nil {
-		return nil, fmt.Errorf("files: open: %w", err)
+	return s
+}
+
+// Open opens, creating if necessary, the file store in the data directory
+// dir: metadata in dir/files.db (SQLiteMetadata), blobs in dir/files/
+// (DiskBlobs), the key-encryption keys as envelope.Load finds them. It
+// removes what a crash left behind (partial uploads, blobs without a row)
+// and seals blobs written before encryption at rest before returning.
+func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("files: open: empty data directory")
 	}
-	if s.keys, err = envelope.Load(abs); err != nil {
-		return nil, fmt.Errorf("files: open: %w", err)
-	}
-	db, err := openDB(ctx, filepath.Join(abs, dbFile))
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
-	if err := s.keys.Check(ctx, db); err != nil {
-		db.Close()
+	blobs, err := OpenDiskBlobs(filepath.Join(abs, blobDirName))
+	if err != nil {
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
-	s.db = db
-	s.eraser = sqlitedb.NewEraser(db)
+	ring, err := envelope.Load(abs)
+	if err != nil {
+		return nil, fmt.Errorf("files: open: %w", err)
+	}
+	meta, err := OpenSQLiteMetadata(ctx, filepath.Join(abs, dbFile), ring, opts.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("files: open: %w", err)
+	}
+	s := New(meta, blobs, ring, opts)
 	if err := s.reconcile(ctx); err != nil {
-		db.Close()
+		meta.Close()
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
-	if err := s.sealLegacy(ctx); err != nil {
-		db.Close()
+	if err := s.sealLegacy(ctx, meta, blobs); err != nil {
+		meta.Close()
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
 	return s, nil
 }
 
-// Close closes the database. Readers already holding a Content from Open
-// keep working.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the metadata and blob stores. Readers already holding a
+// Content from Open keep working where the blob store allows it (DiskBlobs
+// does).
+func (s *Store) Close() error {
+	var errs []error
+	for _, c := range []any{s.meta, s.blobs} {
+		if c, ok := c.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // now is the store's clock, at the nanosecond precision the database keeps,
 // so a File returned by Create equals the one Get returns later.
 func (s *Store) now() time.Time { return time.Unix(0, s.clock().UnixNano()).UTC() }
 
-func (s *Store) blobPath(id string) string { return filepath.Join(s.blobDir, id) }
-
 // Create stores the content read from r as a new file of owner, with
 // meta's Filename, Purpose and ExpiresAt (the other fields are set here). r
-// is streamed to disk; more than maxBytes (when positive) fails with
-// ErrTooLarge and keeps nothing. A batch_output file without ExpiresAt is
-// kept for BatchOutputRetention.
+// is streamed to the blob store, sealed; more than maxBytes (when positive)
+// fails with ErrTooLarge and keeps nothing. A batch_output file without
+// ExpiresAt is kept for BatchOutputRetention.
 func (s *Store) Create(ctx context.Context, owner string, meta File, r io.Reader, maxBytes int64) (File, error) {
 	if err := validateMeta(owner, meta); err != nil {
 		return File{}, err
@@ -258,13 +276,12 @@ func validateFilename(name string) error {
 	return nil
 }
 
-// staged is content written to a temporary file in the blob directory,
-// fsynced, waiting for its row. The id is chosen up front so the part file
-// can be named after it.
+// staged is content stored in the blob store, sealed, waiting for its row.
+// The id is chosen up front: it names the blob and the data key.
 type staged struct {
-	id, path string
-	bytes    int64
-	wrapped  []byte // the file's data key, wrapped, to store with the row
+	id      string
+	bytes   int64  // plaintext
+	wrapped []byte // the file's data key, wrapped, to store with the row
 }
 
 // readError marks a failure to read the content (the client's body ended
@@ -276,7 +293,7 @@ func (e *readError) Error() string { return "files: read content: " + e.err.Erro
 func (e *readError) Unwrap() error { return e.err }
 
 // sourceReader stops a copy when ctx ends and remembers the reader's own
-// error, so stage can tell the client's fault from the disk's.
+// error, so stage can tell the client's fault from the store's.
 type sourceReader struct {
 	ctx context.Context
 	r   io.Reader
@@ -295,9 +312,7 @@ func (sr *sourceReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// stage streams r, sealed under a new data key, into a new part file,
-// counting bytes: io.Copy's buffer and one sealed segment are all the
-// memory an upload uses, whatever its size.
+// stage streams r, sealed under a new data key, into a new blob.
 func (s *Store) stage(ctx context.Context, r io.Reader, maxBytes int64) (*staged, error) {
 	id, err := newID()
 	if err != nil {
@@ -307,76 +322,88 @@ func (s *Store) stage(ctx context.Context, r io.Reader, maxBytes int64) (*staged
 	if err != nil {
 		return nil, fmt.Errorf("files: stage: %w", err)
 	}
-	st := &staged{id: id, path: s.blobPath(id) + partSuffix, wrapped: wrapped}
-	f, err := os.OpenFile(st.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	src := &sourceReader{ctx: ctx, r: r}
+	plain, err := s.putSealed(ctx, id, dk, src, maxBytes)
+	if err != nil && src.err == nil && ctx.Err() != nil {
+		// The blob store saw the request end before the source did.
+		src.err = ctx.Err()
+	}
+	switch {
+	case src.err != nil:
+		return nil, &readError{err: src.err}
+	case errors.Is(err, ErrTooLarge):
+		return nil, fmt.Errorf("files: stage: more than %d bytes: %w", maxBytes, ErrTooLarge)
+	case err != nil:
 		return nil, fmt.Errorf("files: stage: %w", err)
 	}
-	kept := false
-	defer func() {
-		if !kept {
-			f.Close()
-			os.Remove(st.path)
-		}
-	}()
-	src := &sourceReader{ctx: ctx, r: r}
-	var from io.Reader = src
+	return &staged{id: id, bytes: plain, wrapped: wrapped}, nil
+}
+
+// putSealed streams from, sealed under dk, into the new blob key and
+// returns the plaintext size; more than maxBytes of plaintext (when
+// positive) fails with ErrTooLarge and, like every failure, leaves no blob.
+// Sealing runs in a goroutine writing into a pipe the blob store reads, so
+// io.Copy's buffer, one sealed segment and what the blob store buffers are
+// all the memory it uses, whatever the size.
+func (s *Store) putSealed(ctx context.Context, key string, dk *envelope.DataKey, from io.Reader, maxBytes int64) (int64, error) {
 	if maxBytes > 0 {
 		// One byte more than allowed tells "exactly the limit" from "over".
-		from = io.LimitReader(src, maxBytes+1)
+		from = io.LimitReader(from, maxBytes+1)
 	}
-	sw, err := dk.NewWriter(f, blobField)
+	pr, pw := io.Pipe()
+	var (
+		plain int64
+		werr  error
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		sw, err := dk.NewWriter(pw, blobField)
+		if err == nil {
+			plain, err = io.Copy(sw, from)
+		}
+		if err == nil && maxBytes > 0 && plain > maxBytes {
+			err = ErrTooLarge
+		}
+		if err == nil {
+			err = sw.Close()
+		}
+		werr = err
+		// nil closes with io.EOF: the blob store sees the end of the
+		// content; an error makes its Put fail and keep nothing.
+		pw.CloseWithError(err)
+	}()
+	limit := int64(0)
+	if maxBytes > 0 {
+		limit = envelope.SealedSize(maxBytes)
+	}
+	_, err := s.blobs.Put(ctx, key, pr, limit)
+	// A Put that stopped reading early must not leave the sealer blocked.
+	pr.CloseWithError(errors.New("files: blob store stopped reading"))
+	<-done
+	if errors.Is(werr, ErrTooLarge) {
+		return 0, ErrTooLarge // the pipe's error failed the Put
+	}
 	if err != nil {
-		return nil, fmt.Errorf("files: stage: %w", err)
+		return 0, err
 	}
-	n, err := io.Copy(sw, from)
-	if src.err != nil {
-		return nil, &readError{err: src.err}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("files: stage: %w", err)
-	}
-	if maxBytes > 0 && n > maxBytes {
-		return nil, fmt.Errorf("files: stage: more than %d bytes: %w", maxBytes, ErrTooLarge)
-	}
-	if err := sw.Close(); err != nil {
-		return nil, fmt.Errorf("files: stage: %w", err)
-	}
-	// The row must never point at content the OS could still lose.
-	if err := f.Sync(); err != nil {
-		return nil, fmt.Errorf("files: stage: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("files: stage: %w", err)
-	}
-	kept = true
-	st.bytes = n
-	return st, nil
+	return plain, nil
 }
 
-// discard removes a staged file that will not be committed.
-func (s *Store) discard(st *staged) {
-	if err := os.Remove(st.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Error("files: remove staged upload", "id", st.id, "err", err)
+// discard removes a blob that will not get its row.
+func (s *Store) discard(ctx context.Context, id string) {
+	if err := s.blobs.Delete(context.WithoutCancel(ctx), id); err != nil {
+		s.log.Error("files: remove staged upload", "id", id, "err", err)
 	}
 }
 
-// commit renames a staged blob into place and inserts its row. The rename
-// comes first (the doc's order reversed), so a row is never visible before
-// its blob is: a crash in between leaves an unreferenced blob that Open
-// removes, so either way the file is all there or not there at all.
-// expiresAfter, when positive, overrides meta.ExpiresAt relative to the
-// creation time. commit consumes st, also on failure.
+// commit inserts the row of a stored blob. The blob comes first (the doc's
+// order reversed), so a row is never visible before its blob is: a crash in
+// between leaves an unreferenced blob that Open removes, so either way the
+// file is all there or not there at all. expiresAfter, when positive,
+// overrides meta.ExpiresAt relative to the creation time. commit consumes
+// st, also on failure.
 func (s *Store) commit(ctx context.Context, st *staged, owner string, meta File, expiresAfter time.Duration) (File, error) {
-	final := s.blobPath(st.id)
-	if err := os.Rename(st.path, final); err != nil {
-		s.discard(st)
-		return File{}, fmt.Errorf("files: commit %s: %w", st.id, err)
-	}
-	if err := syncDir(s.blobDir); err != nil {
-		os.Remove(final)
-		return File{}, fmt.Errorf("files: commit %s: %w", st.id, err)
-	}
 	created := s.now()
 	f := File{
 		ID: st.id, Owner: owner, Filename: meta.Filename, Purpose: meta.Purpose,
@@ -391,71 +418,9 @@ func (s *Store) commit(ctx context.Context, st *staged, owner string, meta File,
 	if !f.ExpiresAt.IsZero() {
 		f.ExpiresAt = time.Unix(0, f.ExpiresAt.UnixNano()).UTC()
 	}
-	if err := s.insert(ctx, f, st.wrapped); err != nil {
-		os.Remove(final)
+	if err := s.meta.Insert(ctx, f, st.wrapped); err != nil {
+		s.discard(ctx, st.id)
 		return File{}, fmt.Errorf("files: commit %s: %w", st.id, err)
-	}
-	return f, nil
-}
-
-// insert writes f's row and its wrapped data key in one transaction.
-func (s *Store) insert(ctx context.Context, f File, wrapped []byte) error {
-	kekID, err := envelope.WrappedKEKID(wrapped)
-	if err != nil {
-		return err
-	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO data_keys (object_id, kek_id, wrapped) VALUES (?, ?, ?)`,
-		f.ID, kekID, wrapped); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO files (id, owner, filename, purpose, bytes, created_at, expires_at, sealed)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, 1)`,
-		f.ID, f.Owner, f.Filename, f.Purpose, f.Bytes, f.CreatedAt.UnixNano(), nullTime(f.ExpiresAt)); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// syncDir makes a rename durable: the new directory entry is only on disk
-// once the directory itself is fsynced.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-func nullTime(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UnixNano()
-}
-
-const fileColumns = `id, owner, filename, purpose, bytes, created_at, expires_at`
-
-type scanner interface{ Scan(dest ...any) error }
-
-func scanFile(row scanner) (File, error) {
-	var (
-		f       File
-		created int64
-		expires sql.NullInt64
-	)
-	if err := row.Scan(&f.ID, &f.Owner, &f.Filename, &f.Purpose, &f.Bytes, &created, &expires); err != nil {
-		return File{}, err
-	}
-	f.CreatedAt = time.Unix(0, created).UTC()
-	if expires.Valid {
-		f.ExpiresAt = time.Unix(0, expires.Int64).UTC()
 	}
 	return f, nil
 }
@@ -465,86 +430,85 @@ func (s *Store) Get(ctx context.Context, owner, id string) (File, error) {
 	if !wellFormedID(id) {
 		return File{}, fmt.Errorf("files: get %q: %w", id, ErrNotFound)
 	}
-	f, err := scanFile(s.db.QueryRowContext(ctx,
-		`SELECT `+fileColumns+` FROM files WHERE id = ? AND owner = ?`, id, owner))
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && !f.live(s.now())) {
-		return File{}, fmt.Errorf("files: get %s: %w", id, ErrNotFound)
-	}
+	f, err := s.meta.Get(ctx, owner, id)
 	if err != nil {
-		return File{}, fmt.Errorf("files: get %s: %w", id, err)
+		return File{}, err
+	}
+	if !f.live(s.now()) {
+		return File{}, fmt.Errorf("files: get %s: %w", id, ErrNotFound)
 	}
 	return f, nil
 }
 
 // Content is a file's content as Open returns it, in the clear: read
 // sequentially or at any offset. Every byte read from a sealed blob has
-// been authenticated; a blob altered or cut short on disk fails the read.
+// been authenticated; a blob altered or cut short in storage fails the read.
 type Content interface {
 	io.ReadSeekCloser
 	io.ReaderAt
 }
 
-// sealedContent reads a sealed blob through its open handle.
+// sealedContent reads a sealed blob through the blob's reader.
 type sealedContent struct {
 	*envelope.Reader
-	f *os.File
+	blob blobContent
 }
 
-func (c *sealedContent) Close() error { return c.f.Close() }
+func (c *sealedContent) Close() error { return c.blob.Close() }
+
+// plainContent is the content of a blob written before encryption at rest.
+type plainContent struct {
+	*io.SectionReader
+	blob blobContent
+}
+
+func (c *plainContent) Close() error { return c.blob.Close() }
 
 // Open returns owner's file id and its content; the caller closes it. A file
 // deleted meanwhile is ErrNotFound; one deleted after Open stays readable
-// through the returned handle, which holds its data key.
+// through the returned handle where the blob store keeps an open blob
+// readable (DiskBlobs does), and the handle holds the data key either way.
 func (s *Store) Open(ctx context.Context, owner, id string) (File, Content, error) {
 	f, err := s.Get(ctx, owner, id)
 	if err != nil {
 		return File{}, nil, err
 	}
-	var sealed bool
-	var wrapped []byte
-	err = s.db.QueryRowContext(ctx,
-		`SELECT f.sealed, k.wrapped FROM files f LEFT JOIN data_keys k ON k.object_id = f.id WHERE f.id = ?`,
-		id).Scan(&sealed, &wrapped)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && sealed && wrapped == nil) {
-		// Deleted (or swept) since the row was read.
-		return File{}, nil, fmt.Errorf("files: open %s: %w", id, ErrNotFound)
-	}
+	wrapped, err := s.meta.DataKey(ctx, id)
 	if err != nil {
+		// ErrNotFound: deleted (or swept) since the row was read.
 		return File{}, nil, fmt.Errorf("files: open %s: %w", id, err)
 	}
-	fh, err := os.Open(s.blobPath(id))
-	if errors.Is(err, os.ErrNotExist) {
+	rc, size, err := s.blobs.Open(ctx, id)
+	if errors.Is(err, ErrBlobNotFound) {
 		// Deleted (or swept) between the row read and the open.
 		return File{}, nil, fmt.Errorf("files: open %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return File{}, nil, fmt.Errorf("files: open %s: %w", id, err)
 	}
-	if !sealed {
-		return f, fh, nil // written before encryption at rest, not yet sealed
+	blob := newBlobReaderAt(ctx, s.blobs, id, rc, size)
+	if wrapped == nil {
+		// Written before encryption at rest, not yet sealed.
+		return f, &plainContent{SectionReader: io.NewSectionReader(blob, 0, size), blob: blob}, nil
 	}
-	c, err := s.openSealed(id, wrapped, fh)
+	c, err := s.openSealed(id, wrapped, blob, size)
 	if err != nil {
-		fh.Close()
+		blob.Close()
 		return File{}, nil, fmt.Errorf("files: open %s: %w", id, err)
 	}
 	return f, c, nil
 }
 
-func (s *Store) openSealed(id string, wrapped []byte, fh *os.File) (*sealedContent, error) {
+func (s *Store) openSealed(id string, wrapped []byte, blob blobContent, size int64) (*sealedContent, error) {
 	dk, err := s.keys.Unwrap(id, wrapped)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := fh.Stat()
+	r, err := dk.NewReader(blob, size, blobField)
 	if err != nil {
 		return nil, err
 	}
-	r, err := dk.NewReader(fh, fi.Size(), blobField)
-	if err != nil {
-		return nil, err
-	}
-	return &sealedContent{Reader: r, f: fh}, nil
+	return &sealedContent{Reader: r, blob: blob}, nil
 }
 
 // Delete deletes owner's file id, or returns an error wrapping ErrNotFound.
@@ -552,55 +516,18 @@ func (s *Store) Delete(ctx context.Context, owner, id string) error {
 	if !wellFormedID(id) {
 		return fmt.Errorf("files: delete %q: %w", id, ErrNotFound)
 	}
-	now := s.now().UnixNano()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("files: delete %s: %w", id, err)
+	if err := s.meta.Delete(ctx, owner, id, s.now()); err != nil {
+		return err
 	}
-	defer tx.Rollback()
-	var created int64
-	err = tx.QueryRowContext(ctx,
-		`DELETE FROM files WHERE id = ? AND owner = ? AND (expires_at IS NULL OR expires_at > ?) RETURNING created_at`,
-		id, owner, now).Scan(&created)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("files: delete %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("files: delete %s: %w", id, err)
-	}
-	// With its data key, the blob is unreadable wherever a copy of it is.
-	if err := envelope.Delete(ctx, tx, id); err != nil {
-		return fmt.Errorf("files: delete %s: %w", id, err)
-	}
-	// The tombstone keeps the file's place in listings for cursors.
-	if _, err := tx.ExecContext(ctx,
-		`INSERT OR REPLACE INTO file_tombstones (id, owner, created_at, gone_at) VALUES (?, ?, ?, ?)`,
-		id, owner, created, now); err != nil {
-		return fmt.Errorf("files: delete %s: %w", id, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("files: delete %s: %w", id, err)
-	}
-	s.erase(ctx)
-	// The row is gone, so the file is deleted whatever happens to the blob;
-	// a blob left behind is removed by the next Open.
-	s.removeBlob(id)
+	// The row and the data key are gone, so the file is deleted whatever
+	// happens to the blob; a blob left behind is removed by the next Open.
+	s.removeBlob(ctx, id)
 	return nil
 }
 
-// erase checkpoints deleted keys out of the WAL (sqlitedb.Erase). A
-// checkpoint held back by a reader leaves them to the next delete or
-// sweep: logged, not the client's error.
-func (s *Store) erase(ctx context.Context) {
-	// Not the request's context: the delete is done, a client leaving
-	// must not stop its erasure.
-	if err := s.eraser.Erase(context.WithoutCancel(ctx)); err != nil {
-		s.log.Warn("files: erasing deleted data keys from the WAL is deferred to the next delete", "err", err)
-	}
-}
-
-func (s *Store) removeBlob(id string) {
-	if err := os.Remove(s.blobPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+func (s *Store) removeBlob(ctx context.Context, id string) {
+	// Not the request's context: the row is gone, the blob must follow.
+	if err := s.blobs.Delete(context.WithoutCancel(ctx), id); err != nil {
 		s.log.Error("files: remove blob", "id", id, "err", err)
 	}
 }
@@ -629,86 +556,27 @@ func (s *Store) List(ctx context.Context, owner string, q ListQuery) ([]File, bo
 	case q.Limit < 1 || q.Limit > MaxListLimit:
 		return nil, false, invalidf("limit", "limit must be between 1 and %d.", MaxListLimit)
 	}
-	cmp, dir := "<", "DESC"
 	switch q.Order {
-	case "", OrderDesc:
-	case OrderAsc:
-		cmp, dir = ">", "ASC"
+	case "":
+		q.Order = OrderDesc
+	case OrderDesc, OrderAsc:
 	default:
 		return nil, false, invalidf("order", "order must be 'asc' or 'desc'.")
 	}
 	if q.Purpose != "" && !knownPurpose(q.Purpose) {
 		return nil, false, invalidf("purpose", "Invalid purpose %q.", q.Purpose)
 	}
-	now := s.now().UnixNano()
-	where := `owner = ? AND (expires_at IS NULL OR expires_at > ?)`
-	args := []any{owner, now}
-	if q.Purpose != "" {
-		where += ` AND purpose = ?`
-		args = append(args, q.Purpose)
+	// The cursor may name a file deleted or expired since the previous
+	// page (CursorRetention); another owner's id is as unknown as one that
+	// never existed.
+	if q.After != "" && !wellFormedID(q.After) {
+		return nil, false, invalidf("after", "No such File object: %s", q.After)
 	}
-	if q.After != "" {
-		// Keyset pagination on (created_at, id): stable while files are
-		// added or deleted between pages, unlike an offset.
-		// The cursor may name a file deleted or expired since the previous
-		// page (CursorRetention); another owner's id is as unknown as one
-		// that never existed.
-		c, err := s.cursor(ctx, owner, q.After)
-		if errors.Is(err, ErrNotFound) {
-			return nil, false, invalidf("after", "No such File object: %s", q.After)
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		where += ` AND (created_at ` + cmp + ` ? OR (created_at = ? AND id ` + cmp + ` ?))`
-		args = append(args, c, c, q.After)
+	out, more, err := s.meta.List(ctx, owner, q, s.now())
+	if q.After != "" && errors.Is(err, ErrNotFound) {
+		return nil, false, invalidf("after", "No such File object: %s", q.After)
 	}
-	args = append(args, q.Limit+1)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+fileColumns+` FROM files WHERE `+where+
-		` ORDER BY created_at `+dir+`, id `+dir+` LIMIT ?`, args...)
-	if err != nil {
-		return nil, false, fmt.Errorf("files: list: %w", err)
-	}
-	defer rows.Close()
-	out := []File{}
-	for rows.Next() {
-		f, err := scanFile(rows)
-		if err != nil {
-			return nil, false, fmt.Errorf("files: list: %w", err)
-		}
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("files: list: %w", err)
-	}
-	more := len(out) > q.Limit
-	if more {
-		out = out[:q.Limit]
-	}
-	return out, more, nil
-}
-
-// cursor returns the created_at of owner's file id for List's after: a live
-// file, one expired but not yet swept, or the tombstone of one deleted or
-// swept within CursorRetention. Anything else wraps ErrNotFound.
-func (s *Store) cursor(ctx context.Context, owner, id string) (int64, error) {
-	if !wellFormedID(id) {
-		return 0, fmt.Errorf("files: cursor %q: %w", id, ErrNotFound)
-	}
-	var created int64
-	err := s.db.QueryRowContext(ctx,
-		`SELECT created_at FROM files WHERE id = ? AND owner = ?
-		 UNION ALL
-		 SELECT created_at FROM file_tombstones WHERE id = ? AND owner = ? AND gone_at > ?
-		 LIMIT 1`,
-		id, owner, id, owner, s.now().Add(-CursorRetention).UnixNano()).Scan(&created)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("files: cursor %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("files: cursor %s: %w", id, err)
-	}
-	return created, nil
+	return out, more, err
 }
 
 // sweepBatch bounds how many rows one sweep transaction deletes, so a large
@@ -720,87 +588,25 @@ const sweepBatch = 500
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	total := 0
 	for {
-		ids, err := s.sweepRows(ctx, now)
+		ids, err := s.meta.SweepExpired(ctx, now, sweepBatch)
 		if err != nil {
 			return total, err
 		}
-		if len(ids) > 0 {
-			s.erase(ctx)
-		}
 		for _, id := range ids {
-			s.removeBlob(id)
+			s.removeBlob(ctx, id)
 		}
 		total += len(ids)
 		if len(ids) < sweepBatch {
 			break
 		}
 	}
-	if s.eraser.Pending() {
-		s.erase(ctx)
-	}
 	// Tombstones past CursorRetention, in batches as well.
 	for {
-		res, err := s.db.ExecContext(ctx,
-			`DELETE FROM file_tombstones WHERE id IN (
-				SELECT id FROM file_tombstones WHERE gone_at <= ? LIMIT ?
-			)`, now.Add(-CursorRetention).UnixNano(), sweepBatch)
-		if err != nil {
-			return total, fmt.Errorf("files: sweep tombstones: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n < sweepBatch {
-			return total, nil
+		n, err := s.meta.SweepTombstones(ctx, now.Add(-CursorRetention), sweepBatch)
+		if err != nil || n < sweepBatch {
+			return total, err
 		}
 	}
-}
-
-// sweepRows deletes up to sweepBatch expired rows, leaving tombstones for
-// cursors, and returns their ids.
-func (s *Store) sweepRows(ctx context.Context, now time.Time) ([]string, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("files: sweep: %w", err)
-	}
-	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx,
-		`DELETE FROM files WHERE id IN (
-			SELECT id FROM files WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?
-		) RETURNING id, owner, created_at`, now.UnixNano(), sweepBatch)
-	if err != nil {
-		return nil, fmt.Errorf("files: sweep: %w", err)
-	}
-	type gone struct {
-		id, owner string
-		created   int64
-	}
-	var swept []gone
-	for rows.Next() {
-		var g gone
-		if err := rows.Scan(&g.id, &g.owner, &g.created); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("files: sweep: %w", err)
-		}
-		swept = append(swept, g)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("files: sweep: %w", err)
-	}
-	ids := make([]string, 0, len(swept))
-	for _, g := range swept {
-		if _, err := tx.ExecContext(ctx,
-			`INSERT OR REPLACE INTO file_tombstones (id, owner, created_at, gone_at) VALUES (?, ?, ?, ?)`,
-			g.id, g.owner, g.created, now.UnixNano()); err != nil {
-			return nil, fmt.Errorf("files: sweep: %w", err)
-		}
-		if err := envelope.Delete(ctx, tx, g.id); err != nil {
-			return nil, fmt.Errorf("files: sweep: %w", err)
-		}
-		ids = append(ids, g.id)
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("files: sweep: %w", err)
-	}
-	return ids, nil
 }
 
 // Run sweeps expired files now and then every SweepInterval until ctx ends;
@@ -824,47 +630,34 @@ func (s *Store) Run(ctx context.Context) error {
 	}
 }
 
-// reconcile removes what a crash left in the blob directory: part files of
-// interrupted uploads, and blobs whose row was never inserted or already
-// deleted. Other names are not ours and are left alone.
+// reconcile removes the blobs a crash left without a row (a Create that
+// never inserted it, a Delete that never removed the blob) and finishes
+// the sealing of legacy blobs a crash interrupted. Keys that are not file
+// ids are not ours and are left alone.
 func (s *Store) reconcile(ctx context.Context) error {
-	entries, err := os.ReadDir(s.blobDir)
-	if err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
 	removed := 0
-	for _, e := range entries {
-		name := e.Name()
-		if !e.Type().IsRegular() {
-			continue
+	for b, err := range s.blobs.List(ctx, idPrefix) {
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
 		}
-		if id, ok := strings.CutSuffix(name, sealSuffix); ok && wellFormedID(id) {
+		if id, ok := strings.CutSuffix(b.Key, sealSuffix); ok && wellFormedID(id) {
 			if err := s.finishSeal(ctx, id); err != nil {
 				return fmt.Errorf("reconcile: %w", err)
 			}
 			continue
 		}
-		if id, ok := strings.CutSuffix(name, partSuffix); ok && wellFormedID(id) {
-			if err := os.Remove(filepath.Join(s.blobDir, name)); err != nil {
-				return fmt.Errorf("reconcile: %w", err)
-			}
-			removed++
+		if !wellFormedID(b.Key) {
 			continue
 		}
-		if !wellFormedID(name) {
-			continue
-		}
-		var one int
-		err := s.db.QueryRowContext(ctx, `SELECT 1 FROM files WHERE id = ?`, name).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			if err := os.Remove(filepath.Join(s.blobDir, name)); err != nil {
-				return fmt.Errorf("reconcile: %w", err)
-			}
-			removed++
-			continue
-		}
+		ok, err := s.meta.Exists(ctx, b.Key)
 		if err != nil {
 			return fmt.Errorf("reconcile: %w", err)
+		}
+		if !ok {
+			if err := s.blobs.Delete(ctx, b.Key); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+			removed++
 		}
 	}
 	if removed > 0 {
@@ -897,7 +690,7 @@ func newID() (string, error) {
 }
 
 // wellFormedID reports whether id could have come from newID. Anything else
-// is not found without asking the database, and never names a path.
+// is not found without asking the metadata store, and never names a blob.
 func wellFormedID(id string) bool {
 	rest, ok := strings.CutPrefix(id, idPrefix)
 	if !ok || len(rest) != idRandLen {

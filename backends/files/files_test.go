@@ -3,6 +3,7 @@ package files
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"io"
 	"os"
@@ -47,7 +48,7 @@ func openStore(t *testing.T, dir string, opts Options) *Store {
 // blobNames lists the blob directory, part files included.
 func blobNames(t *testing.T, s *Store) []string {
 	t.Helper()
-	entries, err := os.ReadDir(s.blobDir)
+	entries, err := os.ReadDir(blobDir(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestOwnerIsolationAndDelete(t *testing.T) {
 	if err := s.Delete(ctx, "a", f.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(s.blobDir, f.ID)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(blobDir(s), f.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("blob after delete: stat = %v, want not exist", err)
 	}
 	if _, err := s.Get(ctx, "a", f.ID); !errors.Is(err, ErrNotFound) {
@@ -366,7 +367,7 @@ func TestExpiryAndSweep(t *testing.T) {
 		t.Fatalf("blob dir after sweep = %v, want the two live files", names)
 	}
 	var rows int
-	if err := s.db.QueryRow(`SELECT count(*) FROM files WHERE id = ?`, expiring.ID).Scan(&rows); err != nil || rows != 0 {
+	if err := sqliteDB(s).QueryRow(`SELECT count(*) FROM files WHERE id = ?`, expiring.ID).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("expired row still in the database: %d, %v", rows, err)
 	}
 
@@ -386,7 +387,7 @@ func TestSweepManyInBatches(t *testing.T) {
 	n := sweepBatch + 7
 	// Rows and blobs written directly: Create's fsyncs would make this slow
 	// and are not what is under test.
-	tx, err := s.db.Begin()
+	tx, err := sqliteDB(s).Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +396,7 @@ func TestSweepManyInBatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(s.blobPath(id), []byte("e"), 0o600); err != nil {
+		if err := os.WriteFile(blobPath(s, id), []byte("e"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := tx.Exec(`INSERT INTO files (id, owner, filename, purpose, bytes, created_at, expires_at)
@@ -426,7 +427,7 @@ func TestRunSweeps(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(s.blobDir, f.ID)); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(blobDir(s), f.ID)); errors.Is(err, os.ErrNotExist) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -525,3 +526,11 @@ func TestConcurrentCreates(t *testing.T) {
 		t.Fatalf("%d blobs on disk, want %d", len(names), n/2)
 	}
 }
+
+// sqliteDB, blobDir and blobPath reach under the service into the SQLite
+// and disk stores Open assembles, for tests of those implementations.
+func sqliteDB(s *Store) *sql.DB { return s.meta.(*SQLiteMetadata).db }
+
+func blobDir(s *Store) string { return s.blobs.(*DiskBlobs).dir }
+
+func blobPath(s *Store, id string) string { return filepath.Join(blobDir(s), id) }

@@ -247,7 +247,7 @@ func (s *Store) serveUpload(w http.ResponseWriter, r *http.Request, owner string
 	)
 	defer func() {
 		if st != nil {
-			s.discard(st)
+			s.discard(r.Context(), st.id)
 		}
 	}()
 	fail := func(err error) { s.apiError(err, "").Write(w) }
@@ -377,8 +377,8 @@ func (s *Store) serveGet(w http.ResponseWriter, r *http.Request, owner, id strin
 	writeJSON(w, toObject(f))
 }
 
-// serveContent streams the blob. io.Copy from an *os.File lets the server
-// use sendfile; the content is never held in memory. Range requests are not
+// serveContent streams the file's content, opened (and authenticated) as
+// it is read; it is never held in memory. Range requests are not
 // served (OpenAI's API has none), which also keeps every error in the
 // OpenAI shape rather than http.ServeContent's plain-text ones.
 func (s *Store) serveContent(w http.ResponseWriter, r *http.Request, owner, id string) {

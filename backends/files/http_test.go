@@ -418,7 +418,7 @@ func TestDeleteHTTP(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil || d != (deletedObject{ID: f.ID, Object: "file", Deleted: true}) {
 		t.Fatalf("delete body = %s, %v", rec.Body, err)
 	}
-	if _, err := os.Stat(filepath.Join(s.blobDir, f.ID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(blobDir(s), f.ID)); !os.IsNotExist(err) {
 		t.Fatalf("blob still on disk after delete: %v", err)
 	}
 }

@@ -2,48 +2,34 @@ package files
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-
-	"github.com/switchyard-ai/switchyard/internal/envelope"
 )
 
 // sealLegacy seals the blobs that a binary without encryption at rest
 // wrote (rows with sealed = 0), one at a time: the sealed copy is written
-// to "<id>.seal" and fsynced, the row is marked sealed with its new data
-// key in one transaction, and then the copy is renamed over the plaintext.
-// A crash between the commit and the rename leaves a ".seal" file that
+// to the blob "<id>.seal", the row is marked sealed with its new data key
+// in one transaction, and then the copy is renamed over the plaintext.
+// A crash between the commit and the rename leaves a ".seal" blob that
 // reconcile renames into place on the next open (finishSeal), so a row
 // never points at a blob of the other kind for longer than a restart.
-func (s *Store) sealLegacy(ctx context.Context) error {
+//
+// Only the SQLite and disk stores have such files (no other
+// implementation existed before encryption at rest), so this works on
+// them directly.
+func (s *Store) sealLegacy(ctx context.Context, meta *SQLiteMetadata, blobs *DiskBlobs) error {
 	after := ""
 	sealed := 0
 	for {
-		var ids []string
-		rows, err := s.db.QueryContext(ctx, `SELECT id FROM files WHERE sealed = 0 AND id > ? ORDER BY id LIMIT 100`, after)
+		ids, err := meta.unsealed(ctx, after, 100)
 		if err != nil {
-			return fmt.Errorf("seal stored files: %w", err)
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return fmt.Errorf("seal stored files: %w", err)
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return fmt.Errorf("seal stored files: %w", err)
 		}
 		if len(ids) == 0 {
 			break
 		}
 		for _, id := range ids {
-			if err := s.sealOne(ctx, id); err != nil {
+			if err := s.sealOne(ctx, meta, id); err != nil {
 				return fmt.Errorf("seal stored file %s: %w", id, err)
 			}
 			sealed++
@@ -56,9 +42,9 @@ func (s *Store) sealLegacy(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) sealOne(ctx context.Context, id string) error {
-	in, err := os.Open(s.blobPath(id))
-	if errors.Is(err, os.ErrNotExist) {
+func (s *Store) sealOne(ctx context.Context, meta *SQLiteMetadata, id string) error {
+	in, _, err := s.blobs.Open(ctx, id)
+	if errors.Is(err, ErrBlobNotFound) {
 		return nil // a row without its blob: nothing to seal
 	}
 	if err != nil {
@@ -69,76 +55,36 @@ func (s *Store) sealOne(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	tmp := s.blobPath(id) + sealSuffix
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
+	tmp := id + sealSuffix
+	// An earlier attempt's copy, if a crash left one, is replaced.
+	if err := s.blobs.Delete(ctx, tmp); err != nil {
 		return err
 	}
-	sw, err := dk.NewWriter(out, blobField)
-	if err == nil {
-		_, err = io.Copy(sw, in)
-	}
-	if err == nil {
-		err = sw.Close()
-	}
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if _, err := s.putSealed(ctx, tmp, dk, in, 0); err != nil {
 		return err
 	}
-	if err := s.markSealed(ctx, id, wrapped); err != nil {
-		os.Remove(tmp)
+	if err := meta.markSealed(ctx, id, wrapped); err != nil {
+		s.discard(ctx, tmp)
 		return err
 	}
 	return s.finishSeal(ctx, id)
-}
-
-// markSealed stores id's data key and marks its row sealed.
-func (s *Store) markSealed(ctx context.Context, id string, wrapped []byte) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM data_keys WHERE object_id = ?`, id); err != nil {
-		return err
-	}
-	kek, err := envelope.WrappedKEKID(wrapped)
-	if err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO data_keys (object_id, kek_id, wrapped) VALUES (?, ?, ?)`, id, kek, wrapped); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, `UPDATE files SET sealed = 1 WHERE id = ?`, id); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // finishSeal renames id's sealed copy over its blob when the row says it
 // is sealed, and removes the copy otherwise (the crash came before the
 // commit, or the file is gone).
 func (s *Store) finishSeal(ctx context.Context, id string) error {
-	tmp := s.blobPath(id) + sealSuffix
-	var sealed bool
-	err := s.db.QueryRowContext(ctx, `SELECT sealed FROM files WHERE id = ?`, id).Scan(&sealed)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	tmp := id + sealSuffix
+	wrapped, err := s.meta.DataKey(ctx, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
-	if err != nil || !sealed {
-		if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
+	if err != nil || wrapped == nil {
+		return s.blobs.Delete(ctx, tmp)
 	}
-	if err := os.Rename(tmp, s.blobPath(id)); err != nil {
-		return err
+	d, ok := s.blobs.(*DiskBlobs)
+	if !ok {
+		return fmt.Errorf("files: a sealed copy of %s outside a disk blob store", id)
 	}
-	return syncDir(s.blobDir)
+	return d.rename(tmp, id)
 }

@@ -29,6 +29,13 @@ limits for the key (required for a tier without limits, such as enterprise).
 Revocations, rotations and tier changes reach running gateways within 2 s.
 `
 
+// keyStore is what the keys command needs of the key store: the admin API's
+// operations, and Close.
+type keyStore interface {
+	admin.KeyStore
+	Close() error
+}
+
 func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, keysUsage)
@@ -39,7 +46,7 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, keysUsage) }
 	dataDir := fs.String("data-dir", ".data", "directory holding the key database")
-	openStore := func() (*keys.Store, error) { return keys.Open(ctx, *dataDir) }
+	openStore := func() (keyStore, error) { return keys.OpenSQLite(ctx, *dataDir) }
 
 	switch sub {
 	case "create":

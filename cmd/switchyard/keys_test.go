@@ -37,7 +37,7 @@ func TestKeysLifecycleCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	secret := lastLine(out)
-	store, err := keys.Open(ctx, dir)
+	store, err := keys.OpenSQLite(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 // plane and extproc over xDS; key changes reach every extproc at its next
 // poll of the key database.
 func serveControlPlaneAdmin(ctx context.Context, c *Component, cp *controlplane.Server, opts ControlPlaneOptions, log *slog.Logger) error {
-	store, err := keys.Open(ctx, opts.DataDir)
+	store, err := keys.OpenSQLite(ctx, opts.DataDir)
 	if err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.closers = append(c.closers, cancel)
 
-	store, err := keys.Open(ctx, opts.DataDir)
+	store, err := keys.OpenSQLite(ctx, opts.DataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -116,7 +116,7 @@ type Options struct {
 
 // Gateway is a running in-process stack.
 type Gateway struct {
-	Keys     *keys.Store
+	Keys     *keys.SQLiteStore
 	KeyCache *keys.Cache
 	Control  *controlplane.Server
 	ExtProc  *extproc.Server
@@ -183,7 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		}
 	}
 
-	store, err := keys.Open(ctx, opts.DataDir)
+	store, err := keys.OpenSQLite(ctx, opts.DataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -24,8 +24,35 @@ const (
 	maxNegativeTTL = 5 * time.Second
 )
 
+// Source is what a Cache reads: the key store seen from the hot path. It is
+// declared here, by its consumer; SQLiteStore implements it, and keystest
+// checks any implementation's behaviour.
+type Source interface {
+	// LookupHash returns the active (neither revoked nor expired) key whose
+	// secret hashes to h (HashSecret), or ErrNotFound.
+	LookupHash(ctx context.Context, h [sha256.Size]byte) (Key, error)
+	// LookupOwner returns the newest active key of the rotation chain whose
+	// LimitID is owner, or ErrNotFound.
+	LookupOwner(ctx context.Context, owner string) (Key, error)
+	// Version is the store's change counter: it must move on every write
+	// to any key (create, revoke, rotate, tier or model change), whichever
+	// process or gateway makes it, and never move back. Watch polls it.
+	Version(ctx context.Context) (int64, error)
+}
+
+// Notifier is optionally implemented by a Source that can push changes
+// (Postgres LISTEN/NOTIFY, say) instead of being polled alone. Watch then
+// reads Version as soon as a notification arrives, besides every poll
+// interval: Version stays the truth, so a lost notification costs at most
+// one interval.
+type Notifier interface {
+	// Notify returns a channel that receives a value (coalesced: it may be
+	// buffered by one) after changes, until ctx ends.
+	Notify(ctx context.Context) <-chan struct{}
+}
+
 // Cache answers lookups from a bounded LRU (golang-lru/v2 expirable) in front
-// of a Store, caching both hits and misses (misses for a shorter time) so
+// of a Source, caching both hits and misses (misses for a shorter time) so
 // that a flood of bad keys cannot reach the database on every request. It is
 // keyed by the SHA-256 of the secret, never the plain key, so a heap dump of
 // the gateway does not hand out working credentials.
@@ -42,7 +69,7 @@ const (
 //
 // A Cache is safe for concurrent use.
 type Cache struct {
-	store  *Store
+	store  Source
 	hits   *expirable.LRU[[sha256.Size]byte, Key]
 	misses *expirable.LRU[[sha256.Size]byte, struct{}]
 	// owners caches LookupOwner (batch lines and responses call it per
@@ -64,7 +91,7 @@ type Cache struct {
 //
 // Each Cache runs two background goroutines that expire entries; they are
 // never stopped, so create one Cache per process, not per request.
-func NewCache(s *Store, size int, ttl time.Duration) *Cache {
+func NewCache(s Source, size int, ttl time.Duration) *Cache {
 	if size <= 0 {
 		size = DefaultCacheSize
 	}
@@ -83,13 +110,14 @@ func NewCache(s *Store, size int, ttl time.Duration) *Cache {
 	}
 }
 
-// Lookup is Store.Lookup answered from the cache when possible. Errors other
+// Lookup returns the active key whose secret is secret, from the cache
+// when possible, else from the Source (by the secret's hash). Errors other
 // than ErrNotFound (the database being unavailable, say) are not cached.
 func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 	if !wellFormedSecret(secret) {
 		return Key{}, ErrNotFound
 	}
-	h := hashSecret(secret)
+	h := HashSecret(secret)
 	if k, ok := c.hits.Get(h); ok {
 		if k.Expired(time.Now()) {
 			c.hits.Remove(h)
@@ -105,7 +133,7 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 	gen := c.gen
 	c.mu.Unlock()
 
-	k, err := c.store.lookupHash(ctx, h)
+	k, err := c.store.LookupHash(ctx, h)
 	switch {
 	case err == nil:
 		c.fill(gen, func() { c.hits.Add(h, k) })
@@ -124,7 +152,7 @@ func (c *Cache) fill(gen uint64, add func()) {
 }
 
 // Invalidate drops every cached hit and miss, so the next lookup of each key
-// consults the Store. Call it after revoking a key.
+// consults the Source. Call it after revoking a key.
 func (c *Cache) Invalidate() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -134,7 +162,7 @@ func (c *Cache) Invalidate() {
 	c.owners.Purge()
 }
 
-// LookupOwner is Store.LookupOwner answered from the cache when possible;
+// LookupOwner is Source.LookupOwner answered from the cache when possible;
 // only found keys are cached.
 func (c *Cache) LookupOwner(ctx context.Context, owner string) (Key, error) {
 	if k, ok := c.owners.Get(owner); ok {
@@ -165,12 +193,17 @@ const DefaultWatchInterval = 250 * time.Millisecond
 // view, so lookups go to the store (and fail there, visibly, if it is
 // broken). onError, if not nil, is told about failed polls.
 //
-// Polling one integer is a few microseconds of SQLite work; SQLite offers no
-// cross-process notification, and a counter maintained by triggers cannot
-// be forgotten by any writer.
+// A Source that is also a Notifier wakes Watch early; the poll stays, as
+// the backstop for lost notifications. Polling one integer is a few
+// microseconds of SQLite work; SQLite offers no cross-process notification,
+// and a counter maintained by triggers cannot be forgotten by any writer.
 func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(error)) {
 	if interval <= 0 {
 		interval = DefaultWatchInterval
+	}
+	var notify <-chan struct{}
+	if n, ok := c.store.(Notifier); ok {
+		notify = n.Notify(ctx)
 	}
 	last, err := c.store.Version(ctx)
 	if err != nil && onError != nil {
@@ -183,6 +216,10 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case _, ok := <-notify:
+			if !ok {
+				notify = nil // closed: polling alone from now on
+			}
 		}
 		v, err := c.store.Version(ctx)
 		switch {

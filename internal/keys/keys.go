@@ -1,5 +1,5 @@
-// Package keys owns API keys: issuing, hashing, storing (SQLite in the data
-// directory) and looking them up on the hot path.
+// Package keys owns API keys: issuing, hashing, storing and looking them up
+// on the hot path.
 //
 // Keys are operator-issued client credentials sent as
 // "Authorization: Bearer <key>". A key looks like "sk-sy-" followed by 43
@@ -7,9 +7,13 @@
 // shown once, by Create, and never again. Listings identify a key by its ID
 // ("key_" + 16 hex characters) and a short display prefix.
 //
-// The database is <dataDir>/switchyard.db in WAL mode, so the CLI
+// Storage is behind interfaces declared by their consumers: the Cache reads
+// a Source (below, in cache.go), the admin API and the CLI manage keys
+// through their own (backends/admin.KeyStore), and keystest is the
+// conformance suite every implementation passes. SQLiteStore is the first
+// implementation: <dataDir>/switchyard.db in WAL mode, so the CLI
 // ("switchyard keys ...") and a running gateway can use it at the same time.
-// The gateway should answer requests through a Cache rather than the Store,
+// The gateway should answer requests through a Cache rather than the store,
 // and run the Cache's Watch, which polls the store's change counter
 // (Version, kept by triggers on every write) and drops the cache when it
 // moves: that is how a revocation made by another process reaches it.
@@ -22,6 +26,7 @@ package keys
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
@@ -115,19 +120,19 @@ const (
 
 )
 
-// Store is the persistent key store. It is safe for concurrent use, and
-// several Stores (in one or several processes) may use the same data
-// directory at once.
-type Store struct {
+// SQLiteStore is the key store kept in SQLite in the data directory. It is
+// safe for concurrent use, and several SQLiteStores (in one or several
+// processes) may use the same data directory at once.
+type SQLiteStore struct {
 	db *sql.DB
 }
 
-// Open opens, creating if necessary, the key store in dataDir and brings its
+// OpenSQLite opens, creating if necessary, the key store in dataDir and brings its
 // schema up to date. A new data directory is created with mode 0700 and a new
 // database file with mode 0600; existing ones keep their permissions. WAL
 // lets readers (the gateway's lookups) proceed while a writer (the CLI
 // issuing or revoking a key) holds the write lock; see sqlitedb.
-func Open(ctx context.Context, dataDir string) (*Store, error) {
+func OpenSQLite(ctx context.Context, dataDir string) (*SQLiteStore, error) {
 	if dataDir == "" {
 		return nil, errors.New("keys: open: empty data directory")
 	}
@@ -139,7 +144,7 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keys: open: %w", err)
 	}
-	return &Store{db: db}, nil
+	return &SQLiteStore{db: db}, nil
 }
 
 // component is this package's row in schema_versions: switchyard.db is
@@ -186,7 +191,7 @@ var migrations = []string{
 }
 
 // Close closes the database.
-func (s *Store) Close() error {
+func (s *SQLiteStore) Close() error {
 	return s.db.Close()
 }
 
@@ -201,13 +206,13 @@ type Spec struct {
 
 // Create issues a new key with the tier's limits and access to every model.
 // See Issue.
-func (s *Store) Create(ctx context.Context, name, tier string) (secret string, k Key, err error) {
+func (s *SQLiteStore) Create(ctx context.Context, name, tier string) (secret string, k Key, err error) {
 	return s.Issue(ctx, Spec{Name: name, Tier: tier})
 }
 
 // Issue issues a new key and returns its secret, which is not stored and
 // cannot be recovered: the caller must hand it to the operator now.
-func (s *Store) Issue(ctx context.Context, sp Spec) (secret string, k Key, err error) {
+func (s *SQLiteStore) Issue(ctx context.Context, sp Spec) (secret string, k Key, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return "", Key{}, fmt.Errorf("keys: create: %w", err)
@@ -247,7 +252,7 @@ func insertKey(ctx context.Context, tx *sql.Tx, sp Spec, lineage string) (string
 	if err != nil {
 		return "", Key{}, err
 	}
-	h := hashSecret(secret)
+	h := HashSecret(secret)
 	// Round-trip through Unix nanoseconds so that the returned CreatedAt is
 	// exactly what List and Lookup will report later.
 	now := time.Unix(0, time.Now().UnixNano()).UTC()
@@ -375,7 +380,7 @@ func scanKey(row scanner) (Key, error) {
 }
 
 // List returns all keys, newest first, including revoked and expired ones.
-func (s *Store) List(ctx context.Context) ([]Key, error) {
+func (s *SQLiteStore) List(ctx context.Context) ([]Key, error) {
 	rows, err := s.db.QueryContext(ctx,
 		`SELECT `+keyColumns+` FROM api_keys ORDER BY created_at DESC, rowid DESC`)
 	if err != nil {
@@ -403,14 +408,17 @@ func (s *Store) List(ctx context.Context) ([]Key, error) {
 // and string comparisons SQLite performs run on the hash. Their timing can at
 // most reveal how much of an attacker-chosen input's SHA-256 matches a stored
 // hash, which gives no help in finding a secret.
-func (s *Store) Lookup(ctx context.Context, secret string) (Key, error) {
+func (s *SQLiteStore) Lookup(ctx context.Context, secret string) (Key, error) {
 	if !wellFormedSecret(secret) {
 		return Key{}, ErrNotFound
 	}
-	return s.lookupHash(ctx, hashSecret(secret))
+	return s.LookupHash(ctx, HashSecret(secret))
 }
 
-func (s *Store) lookupHash(ctx context.Context, h [32]byte) (Key, error) {
+// LookupHash is Lookup by the SHA-256 of the secret (HashSecret), the only
+// form in which the store keeps it; the Cache calls it with the hash it is
+// keyed by.
+func (s *SQLiteStore) LookupHash(ctx context.Context, h [sha256.Size]byte) (Key, error) {
 	k, err := scanKey(s.db.QueryRowContext(ctx,
 		`SELECT `+keyColumns+` FROM api_keys
 		 WHERE hash = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`,
@@ -428,7 +436,7 @@ func (s *Store) lookupHash(ctx context.Context, h [32]byte) (Key, error) {
 // LimitID is owner, or ErrNotFound when every key of it is revoked or
 // expired. Backends act for an owner (docs/backends-design.md): its batch
 // lines and responses stop working when its keys do.
-func (s *Store) LookupOwner(ctx context.Context, owner string) (Key, error) {
+func (s *SQLiteStore) LookupOwner(ctx context.Context, owner string) (Key, error) {
 	if owner == "" {
 		return Key{}, ErrNotFound
 	}
@@ -449,7 +457,7 @@ func (s *Store) LookupOwner(ctx context.Context, owner string) (Key, error) {
 // Get returns the key named by its ID or its full secret, whatever its
 // state (active, revoked or expired). It returns an error wrapping
 // ErrNotFound if there is no such key.
-func (s *Store) Get(ctx context.Context, idOrSecret string) (Key, error) {
+func (s *SQLiteStore) Get(ctx context.Context, idOrSecret string) (Key, error) {
 	column, value, label, err := keyRef("show", idOrSecret)
 	if err != nil {
 		return Key{}, err
@@ -470,7 +478,7 @@ func (s *Store) Get(ctx context.Context, idOrSecret string) (Key, error) {
 func keyRef(op, idOrSecret string) (column, value, label string, err error) {
 	switch {
 	case wellFormedSecret(idOrSecret):
-		h := hashSecret(idOrSecret)
+		h := HashSecret(idOrSecret)
 		return "hash", hex.EncodeToString(h[:]), idOrSecret[:displayPrefixLen] + "…", nil
 	case wellFormedID(idOrSecret):
 		return "id", idOrSecret, idOrSecret, nil
@@ -487,7 +495,7 @@ func keyRef(op, idOrSecret string) (column, value, label string, err error) {
 // Every change bumps the store's change counter (Version), which a Cache
 // started with Watch polls; that is how a revocation made here reaches
 // running gateways within one poll interval.
-func (s *Store) Revoke(ctx context.Context, idOrSecret string) error {
+func (s *SQLiteStore) Revoke(ctx context.Context, idOrSecret string) error {
 	column, value, label, err := keyRef("revoke", idOrSecret)
 	if err != nil {
 		return err
@@ -514,7 +522,7 @@ func (s *Store) Revoke(ctx context.Context, idOrSecret string) error {
 // Version returns the store's change counter, which every insert, update
 // and delete of a key increments (by trigger, so writers need not
 // cooperate). Processes poll it to learn that their cached view is stale.
-func (s *Store) Version(ctx context.Context) (int64, error) {
+func (s *SQLiteStore) Version(ctx context.Context) (int64, error) {
 	var v int64
 	if err := s.db.QueryRowContext(ctx, `SELECT version FROM key_changes WHERE id = 1`).Scan(&v); err != nil {
 		return 0, fmt.Errorf("keys: version: %w", err)

@@ -21,7 +21,7 @@ const MaxGrace = 30 * 24 * time.Hour
 // A key can be rotated once; rotate its replacement after that. The old key
 // reports the new one's ID in ReplacedBy and the end of the grace period in
 // ExpiresAt.
-func (s *Store) Rotate(ctx context.Context, idOrSecret string, grace time.Duration) (secret string, k Key, err error) {
+func (s *SQLiteStore) Rotate(ctx context.Context, idOrSecret string, grace time.Duration) (secret string, k Key, err error) {
 	column, value, label, err := keyRef("rotate", idOrSecret)
 	if err != nil {
 		return "", Key{}, err
@@ -69,7 +69,7 @@ func (s *Store) Rotate(ctx context.Context, idOrSecret string, grace time.Durati
 // custom limits (zero: the tier's). The change applies to the key's whole
 // rotation chain, so a key and the replacement it shares counters with never
 // disagree about their limits. It returns the updated key.
-func (s *Store) SetTier(ctx context.Context, idOrSecret, tier string, rpm, tpm int64) (Key, error) {
+func (s *SQLiteStore) SetTier(ctx context.Context, idOrSecret, tier string, rpm, tpm int64) (Key, error) {
 	tier = strings.TrimSpace(tier)
 	if err := validate("tier", tier, maxTierLen); err != nil {
 		return Key{}, err
@@ -83,7 +83,7 @@ func (s *Store) SetTier(ctx context.Context, idOrSecret, tier string, rpm, tpm i
 
 // SetModels replaces the model allow-list of a key (and its rotation chain);
 // an empty list allows every model. It returns the updated key.
-func (s *Store) SetModels(ctx context.Context, idOrSecret string, models []string) (Key, error) {
+func (s *SQLiteStore) SetModels(ctx context.Context, idOrSecret string, models []string) (Key, error) {
 	enc, err := encodeModels(models)
 	if err != nil {
 		return Key{}, err
@@ -93,7 +93,7 @@ func (s *Store) SetModels(ctx context.Context, idOrSecret string, models []strin
 
 // updateChain applies set (an UPDATE's SET clause) to the named key and
 // every key of its rotation chain, then returns the named key.
-func (s *Store) updateChain(ctx context.Context, op, idOrSecret, set string, args ...any) (Key, error) {
+func (s *SQLiteStore) updateChain(ctx context.Context, op, idOrSecret, set string, args ...any) (Key, error) {
 	column, value, label, err := keyRef(op, idOrSecret)
 	if err != nil {
 		return Key{}, err

@@ -3,207 +3,9 @@ package keys
 import (
 	"context"
 	"errors"
-	"reflect"
-	"strings"
 	"testing"
 	"time"
 )
-
-func TestIssueWithLimitsAndModels(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, t.TempDir())
-	secret, k, err := s.Issue(ctx, Spec{Name: "big co", Tier: "enterprise", RPM: 1000, TPM: 2_000_000, Models: []string{"a/b", "c/d"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Lookup(ctx, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, k) || got.RPM != 1000 || got.TPM != 2_000_000 || len(got.Models) != 2 {
-		t.Errorf("Lookup = %+v, want %+v", got, k)
-	}
-	if !got.AllowsModel("a/b") || got.AllowsModel("x/y") {
-		t.Errorf("AllowsModel wrong for %v", got.Models)
-	}
-	if (Key{}).AllowsModel("anything") != true {
-		t.Error("a key without allow-list must allow every model")
-	}
-	if got.LimitID() != got.ID {
-		t.Errorf("LimitID = %q, want the key's own id", got.LimitID())
-	}
-
-	for _, sp := range []Spec{
-		{Name: "x", Tier: "free", RPM: -1},
-		{Name: "x", Tier: "free", TPM: 1 << 33},
-		{Name: "x", Tier: "free", Models: []string{""}},
-	} {
-		if _, _, err := s.Issue(ctx, sp); err == nil {
-			t.Errorf("Issue(%+v) succeeded", sp)
-		}
-	}
-}
-
-func TestGet(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, t.TempDir())
-	secret, k := mustCreate(t, s, "shown", "free")
-	for _, arg := range []string{k.ID, secret} {
-		got, err := s.Get(ctx, arg)
-		if err != nil || !reflect.DeepEqual(got, k) {
-			t.Errorf("Get(%.12s) = %+v, %v; want %+v", arg, got, err, k)
-		}
-	}
-	if err := s.Revoke(ctx, k.ID); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := s.Get(ctx, k.ID); err != nil || !got.Revoked() {
-		t.Errorf("Get of revoked key = %+v, %v; want it, revoked", got, err)
-	}
-	for _, arg := range []string{"key_0000000000000000", "nonsense"} {
-		if _, err := s.Get(ctx, arg); !errors.Is(err, ErrNotFound) {
-			t.Errorf("Get(%q) err = %v, want ErrNotFound", arg, err)
-		}
-	}
-}
-
-func TestRotate(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, t.TempDir())
-	oldSecret, old, err := s.Issue(ctx, Spec{Name: "svc", Tier: "enterprise", RPM: 5, TPM: 50, Models: []string{"a/b"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	newSecret, k, err := s.Rotate(ctx, old.ID, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if newSecret == oldSecret || k.ID == old.ID {
-		t.Fatal("rotate returned the old key")
-	}
-	if k.Name != old.Name || k.Tier != old.Tier || k.RPM != 5 || k.TPM != 50 || !reflect.DeepEqual(k.Models, old.Models) {
-		t.Errorf("new key %+v does not carry the old one's settings %+v", k, old)
-	}
-	if k.LimitID() != old.ID {
-		t.Errorf("new key's LimitID = %q, want the old key's id %q", k.LimitID(), old.ID)
-	}
-	// Both work during the grace period.
-	for _, sec := range []string{oldSecret, newSecret} {
-		if _, err := s.Lookup(ctx, sec); err != nil {
-			t.Errorf("Lookup during grace: %v", err)
-		}
-	}
-	o, _ := s.Get(ctx, old.ID)
-	if o.ReplacedBy != k.ID || o.ExpiresAt.Before(time.Now().Add(59*time.Minute)) || o.ExpiresAt.After(time.Now().Add(time.Hour)) {
-		t.Errorf("old key after rotate = %+v", o)
-	}
-	if _, _, err := s.Rotate(ctx, old.ID, time.Hour); err == nil || !strings.Contains(err.Error(), "already rotated") {
-		t.Errorf("second rotate of the old key: err = %v", err)
-	}
-
-	// Rotating the new key with no grace ends it at once; the chain keeps
-	// its first key's identity.
-	third, k3, err := s.Rotate(ctx, newSecret, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Lookup(ctx, newSecret); !errors.Is(err, ErrNotFound) {
-		t.Errorf("key rotated with no grace still works: %v", err)
-	}
-	if _, err := s.Lookup(ctx, third); err != nil {
-		t.Error(err)
-	}
-	if k3.LimitID() != old.ID {
-		t.Errorf("LimitID of the third key = %q, want %q", k3.LimitID(), old.ID)
-	}
-
-	if _, _, err := s.Rotate(ctx, old.ID, -time.Second); err == nil {
-		t.Error("negative grace accepted")
-	}
-	if err := s.Revoke(ctx, k3.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.Rotate(ctx, k3.ID, time.Hour); !errors.Is(err, ErrNotFound) {
-		t.Errorf("rotate of a revoked key: err = %v, want ErrNotFound", err)
-	}
-}
-
-func TestSetTierAndModelsFollowTheChain(t *testing.T) {
-	ctx := context.Background()
-	s := openStore(t, t.TempDir())
-	_, old := mustCreate(t, s, "svc", "free")
-	newSecret, k, err := s.Rotate(ctx, old.ID, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.SetTier(ctx, newSecret, "enterprise", 100, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.ID != k.ID || got.Tier != "enterprise" || got.RPM != 100 || got.TPM != 1000 {
-		t.Errorf("SetTier returned %+v", got)
-	}
-	o, _ := s.Get(ctx, old.ID)
-	if o.Tier != "enterprise" || o.RPM != 100 {
-		t.Errorf("the rotated-out key of the chain did not follow: %+v", o)
-	}
-	got, err = s.SetTier(ctx, old.ID, "standard", 0, 0)
-	if err != nil || got.RPM != 0 || got.TPM != 0 || got.Tier != "standard" {
-		t.Errorf("SetTier back to standard = %+v, %v", got, err)
-	}
-
-	if got, err = s.SetModels(ctx, k.ID, []string{"x/y"}); err != nil || !reflect.DeepEqual(got.Models, []string{"x/y"}) {
-		t.Errorf("SetModels = %+v, %v", got, err)
-	}
-	if got, err = s.SetModels(ctx, k.ID, nil); err != nil || got.Models != nil {
-		t.Errorf("SetModels(nil) = %+v, %v", got, err)
-	}
-	if _, err := s.SetTier(ctx, "key_0000000000000000", "free", 0, 0); !errors.Is(err, ErrNotFound) {
-		t.Errorf("SetTier of unknown key: %v", err)
-	}
-}
-
-// TestVersionCountsEveryWrite checks the change counter moves for every kind
-// of write, including writes through another Store on the same directory
-// (the CLI while a gateway runs).
-func TestVersionCountsEveryWrite(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	gw, cli := openStore(t, dir), openStore(t, dir)
-	v0, err := gw.Version(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, k := mustCreate(t, cli, "a", "free")
-	steps := []struct {
-		name string
-		do   func() error
-	}{
-		{"set-tier", func() error { _, err := cli.SetTier(ctx, k.ID, "standard", 0, 0); return err }},
-		{"rotate", func() error { _, _, err := cli.Rotate(ctx, k.ID, time.Minute); return err }},
-		{"revoke", func() error { return cli.Revoke(ctx, k.ID) }},
-	}
-	prev := v0
-	v, _ := gw.Version(ctx)
-	if v <= prev {
-		t.Fatalf("create did not move the version (%d -> %d)", prev, v)
-	}
-	prev = v
-	for _, st := range steps {
-		if err := st.do(); err != nil {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		v, err := gw.Version(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v <= prev {
-			t.Errorf("%s did not move the version (%d -> %d)", st.name, prev, v)
-		}
-		prev = v
-	}
-}
 
 func TestWatchInvalidatesOnRemoteRevoke(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -297,4 +99,69 @@ func TestLookupOwner(t *testing.T) {
 	if _, err := c.LookupOwner(ctx, ""); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("empty owner: err = %v", err)
 	}
+}
+
+func TestKeyHelpers(t *testing.T) {
+	if !(Key{}).AllowsModel("anything") {
+		t.Error("a key without allow-list must allow every model")
+	}
+	k := Key{ID: "key_1", Models: []string{"a/b"}}
+	if !k.AllowsModel("a/b") || k.AllowsModel("x/y") {
+		t.Errorf("AllowsModel wrong for %v", k.Models)
+	}
+	if k.LimitID() != "key_1" {
+		t.Errorf("LimitID = %q, want the key's own id", k.LimitID())
+	}
+	if k.Lineage = "key_0"; k.LimitID() != "key_0" {
+		t.Errorf("LimitID = %q, want the chain's first id", k.LimitID())
+	}
+}
+
+// notifyingStore is a SQLiteStore that also pushes changes, as a store with
+// LISTEN/NOTIFY would: the test sends on ch after a write.
+type notifyingStore struct {
+	*SQLiteStore
+	ch   chan struct{}
+	read chan struct{} // told after every Version read
+}
+
+func (n notifyingStore) Notify(ctx context.Context) <-chan struct{} { return n.ch }
+
+func (n notifyingStore) Version(ctx context.Context) (int64, error) {
+	v, err := n.SQLiteStore.Version(ctx)
+	select {
+	case n.read <- struct{}{}:
+	default:
+	}
+	return v, err
+}
+
+// TestWatchWokenByNotifier checks a Notifier's push reaches the cache
+// without waiting for the poll (an hour here).
+func TestWatchWokenByNotifier(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	gw := notifyingStore{SQLiteStore: openStore(t, dir), ch: make(chan struct{}, 1), read: make(chan struct{}, 1)}
+	cli := openStore(t, dir)
+	secret, k := mustCreate(t, cli, "n", "free")
+	c := NewCache(gw, 10, time.Hour)
+	if _, err := c.Lookup(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	go c.Watch(ctx, time.Hour, func(err error) { t.Errorf("watch: %v", err) })
+	<-gw.read // Watch has its starting version
+	if err := cli.Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	gw.ch <- struct{}{}
+	select {
+	case <-gw.read: // the notification made Watch read the version again
+	case <-time.After(5 * time.Second):
+		t.Fatal("the notification did not wake Watch")
+	}
+	waitUntil(t, 2*time.Second, func() bool {
+		_, err := c.Lookup(ctx, secret)
+		return errors.Is(err, ErrNotFound)
+	})
 }

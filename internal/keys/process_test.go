@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // "<active|revoked> <secret>" per key.
 func cliHelper(dir string) error {
 	ctx := context.Background()
-	s, err := Open(ctx, dir)
+	s, err := OpenSQLite(ctx, dir)
 	if err != nil {
 		return err
 	}

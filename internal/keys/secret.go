@@ -69,8 +69,8 @@ func newID() (string, error) {
 	return idPrefix + hex.EncodeToString(raw[:]), nil
 }
 
-// hashSecret is the only form in which a secret is stored or used as a cache
-// key.
+// HashSecret is the only form in which a secret is stored or used as a cache
+// key: every store implementation keeps and looks up this, never the secret.
 //
 // A single SHA-256 is deliberate. Slow password hashes (bcrypt, scrypt,
 // argon2) exist to make guessing low-entropy human passwords expensive; our
@@ -78,7 +78,7 @@ func newID() (string, error) {
 // is infeasible no matter how fast the hash is. A fast, unsalted hash also
 // keeps the hot path cheap and, being deterministic, lets us find a key by an
 // indexed equality lookup on the hash instead of scanning and verifying.
-func hashSecret(secret string) [sha256.Size]byte {
+func HashSecret(secret string) [sha256.Size]byte {
 	if len(secret) <= secretLen {
 		// Copying into a stack array keeps the hot path allocation-free;
 		// []byte(secret) would allocate for anything over 32 bytes.
