@@ -242,12 +242,16 @@ func SchemaVersion(ctx context.Context, q querier, component string) (int64, err
 	return v, nil
 }
 
+// listVersionTables lists the components' version tables in the
+// connection's current schema.
+const listVersionTables = `SELECT c.relname FROM pg_class c
+	JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE c.relkind = 'r' AND n.nspname = current_schema() AND c.relname LIKE 'switchyard\_schema\_%'`
+
 // SchemaVersions returns every component's schema version found in the
 // database (for `switchyard validate --check-connections`).
 func SchemaVersions(ctx context.Context, pool *pgxpool.Pool) (map[string]int64, error) {
-	rows, err := pool.Query(ctx, `SELECT c.relname FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.relkind = 'r' AND n.nspname = current_schema() AND c.relname LIKE 'switchyard\_schema\_%'`)
+	rows, err := pool.Query(ctx, listVersionTables)
 	if err != nil {
 		return nil, fmt.Errorf("list schema versions: %w", err)
 	}
@@ -356,4 +360,60 @@ func hint(err error) string {
 		return " (hint: check the DSN's host and port, and that the server is up and reachable from here)"
 	}
 	return ""
+}
+
+// Info describes the database Check reached.
+type Info struct {
+	Host, Database, User string
+	Port                 uint16
+	// ServerVersion is the server's server_version (15.8, ...).
+	ServerVersion string
+	// Schemas maps each component with a version table to its schema
+	// version; empty before the gateway's first start.
+	Schemas map[string]int64
+}
+
+// Check connects to dsn once (no retries: it answers an operator now),
+// runs SELECT 1, and reads the server's version and the components' schema
+// versions. It creates nothing. Its errors carry a hint naming the part of
+// the DSN that is likely wrong.
+func Check(ctx context.Context, dsn string) (Info, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: the DSN does not parse as a postgres:// URL or key=value string", ErrConfig)
+	}
+	info := Info{Host: cfg.Host, Port: cfg.Port, Database: cfg.Database, User: cfg.User}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		if IsTransient(err) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return info, fmt.Errorf("connect to %s: %w%s", describe(cfg), err, hint(err))
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return info, fmt.Errorf("SELECT 1 on %s: %w%s", describe(cfg), err, hint(err))
+	}
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&info.ServerVersion); err != nil {
+		return info, fmt.Errorf("read server version: %w", err)
+	}
+	rows, err := conn.Query(ctx, listVersionTables)
+	if err != nil {
+		return info, fmt.Errorf("list schema versions: %w%s", err, hint(err))
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return info, fmt.Errorf("list schema versions: %w%s", err, hint(err))
+	}
+	info.Schemas = make(map[string]int64, len(names))
+	for _, n := range names {
+		comp := strings.TrimPrefix(n, "switchyard_schema_")
+		v, err := SchemaVersion(ctx, conn, comp)
+		if err != nil {
+			return info, err
+		}
+		info.Schemas[comp] = v
+	}
+	return info, nil
 }
