@@ -190,7 +190,7 @@ func start() (*cluster, error) {
 		return nil, err
 	}
 	// A short path: the socket's path must fit in about 100 bytes.
-	dir, err := os.MkdirTemp("", "sy-pgtest-")
+	dir, err := os.MkdirTemp(baseDir(), "sy-pgtest-")
 	if err != nil {
 		return nil, err
 	}
@@ -251,6 +251,24 @@ func start() (*cluster, error) {
 			return nil, fmt.Errorf("postgres did not accept connections in 30s: %v\n%s", err, log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// baseDir is where the cluster's directory goes: os.TempDir, unless we are
+// root and the server, run as nobody, could not reach it (a TMPDIR under
+// /root), then /tmp.
+func baseDir() string {
+	base := os.TempDir()
+	if os.Geteuid() != 0 {
+		return base
+	}
+	for d := base; ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return "/tmp"
+		}
+		if d == filepath.Dir(d) {
+			return base
+		}
 	}
 }
 
