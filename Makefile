@@ -16,13 +16,27 @@ run: build
 vet:
 	$(GO) vet ./...
 
-# Fleet-mode rate-limit tests need a real redis-server (Debian package). Install it
-# when missing and we are root; otherwise those tests skip and say why.
+# Fleet-mode rate-limit tests need a real redis-server (Debian package), and the
+# fleet-storage tests a real PostgreSQL (Debian's postgresql: initdb and postgres,
+# run by internal/testing/pgtest) and an S3-compatible store (versitygw, pinned, built
+# with go install into bin/versitygw-$(VERSITYGW_VERSION), run by internal/testing/s3test).
+# Install them when missing (apt-get only as root); otherwise those tests skip and
+# say why, except in CI (CI set), where they fail.
+VERSITYGW_VERSION := v1.8.0
 test-deps:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1; }; }; } || \
 	  echo "note: redis-server could not be installed; fleet-mode rate-limit tests will be skipped"
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1; }; }; } || \
+	  echo "note: postgresql could not be installed; fleet-storage (Postgres) tests will be skipped (fail in CI)"
+	@[ -x bin/versitygw-$(VERSITYGW_VERSION) ] || { rm -rf bin/.versitygw && \
+	  GOBIN=$(CURDIR)/bin/.versitygw GOFLAGS= $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) && \
+	  mv bin/.versitygw/versitygw bin/versitygw-$(VERSITYGW_VERSION) && rm -rf bin/.versitygw; } || \
+	  echo "note: versitygw could not be installed; fleet-storage (S3) tests will be skipped (fail in CI)"
 
 # The contract tests validate bodies against the official OpenAI spec: shared/ checked
 # out beside this repository, or the file $$SWITCHYARD_OPENAPI names. Without it they

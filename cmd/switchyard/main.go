@@ -21,7 +21,7 @@ Usage:
   switchyard --version
   switchyard run [--config FILE] [--data-dir DIR] [--listen ADDR] [--region us|asia] [--insecure] [--demo-key]
                  [--admin-listen ADDR] [--admin-token-file FILE] [--ratelimit-addr ADDR] [--xds-listen ADDR]
-  switchyard validate [--config FILE] [--skip-credentials]
+  switchyard validate [--config FILE] [--skip-credentials] [--check-connections]
   switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models IDS] [--config FILE]
   switchyard keys list --data-dir DIR
   switchyard keys show --data-dir DIR KEY_OR_ID

@@ -219,6 +219,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "configuration file (default: the embedded configuration)")
 	skipCreds := fs.Bool("skip-credentials", false, "do not check that the credential environment variables the config names are set (for checking a file away from where it runs)")
+	checkConns := fs.Bool("check-connections", false, "also connect to the configured storage (PostgreSQL: SELECT 1 and the schema versions; S3: HeadBucket) and say which setting is wrong when that fails")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -232,6 +233,15 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	name := *cfgPath
 	if name == "" {
 		name = config.DefaultName
+	}
+	if missing := cfg.MissingStorageEnv(os.Getenv); len(missing) > 0 && !*skipCreds {
+		return fmt.Errorf("%s: storage settings missing (the gateway cannot reach its storage without them):\n  %s",
+			name, strings.Join(missing, "\n  "))
+	}
+	if *checkConns {
+		if err := checkConnections(context.Background(), cfg, os.Getenv, stdout); err != nil {
+			return fmt.Errorf("%s: storage connection check failed:\n%w", name, err)
+		}
 	}
 	if missing := cfg.MissingCredentials(os.Getenv); len(missing) > 0 && !*skipCreds {
 		// The gateway would start and serve the rest; validate says what

@@ -46,6 +46,8 @@ type Config struct {
 	OutlierDetection OutlierDetection `yaml:"outlier_detection" json:"outlier_detection,omitempty"`
 	// Tools configures the Responses API's built-in tools (tools.go).
 	Tools Tools `yaml:"tools" json:"tools,omitempty"`
+	// Storage says where the stores keep their state (storage.go).
+	Storage Storage `yaml:"storage" json:"storage,omitzero"`
 }
 
 // OutlierDetection ejects a provider that keeps failing: after
@@ -348,6 +350,7 @@ func (c *Config) applyDefaults() {
 		c.Region = "us"
 	}
 	c.applyDeployDefaults()
+	c.applyStorageDefaults()
 	if c.Limits.MaxRequestBodyBytes == 0 {
 		c.Limits.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
 	}
@@ -529,6 +532,7 @@ func (v *validator) check(c *Config) {
 	}
 	v.checkDeploy(c)
 	v.checkTools(c)
+	v.checkStorage(c)
 	if len(c.Listeners) == 0 {
 		v.fail("at least one listener is required", "listeners")
 	}

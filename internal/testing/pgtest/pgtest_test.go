@@ -1,0 +1,45 @@
+package pgtest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// Each test gets its own empty database, and it is gone after the test.
+func TestDatabasePerTest(t *testing.T) {
+	ctx := context.Background()
+	var names [2]string
+	for i := range names {
+		t.Run("sub", func(t *testing.T) {
+			pool := pgtest.Pool(t)
+			if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&names[i]); err != nil {
+				t.Fatal(err)
+			}
+			// Empty: a table made by another test is not here.
+			if _, err := pool.Exec(ctx, "CREATE TABLE t (x int)"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if names[0] == names[1] {
+		t.Fatalf("both tests got database %q", names[0])
+	}
+	conn, err := pgx.Connect(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_database WHERE datname = ANY($1)", names[:]).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d of the subtests' databases %v are still there after their tests", n, names)
+	}
+}

@@ -1,0 +1,45 @@
+package s3test_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/switchyard-ai/switchyard/internal/testing/s3test"
+)
+
+func TestMain(m *testing.M) { s3test.Main(m) }
+
+// Each test gets its own bucket; an object put in one is read back and is
+// not in another's.
+func TestBucketPerTest(t *testing.T) {
+	ctx := context.Background()
+	c, a := s3test.Bucket(t)
+	_, b := s3test.Bucket(t)
+	if a == b {
+		t.Fatalf("both buckets are %q", a)
+	}
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(a), Key: aws.String("k"), Body: strings.NewReader("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(a), Key: aws.String("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(out.Body)
+	out.Body.Close()
+	if string(body) != "hello" {
+		t.Fatalf("read back %q", body)
+	}
+	list, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Contents) != 0 {
+		t.Fatalf("the other bucket lists %d objects", len(list.Contents))
+	}
+}
