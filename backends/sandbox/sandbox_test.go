@@ -289,8 +289,8 @@ except OSError as e:
 	}
 }
 
-// processesOf lists the host's live (not zombie) processes running as
-// uid, other than this one, waiting a little for killed ones to die.
+// processesOf lists the host's live (not zombie) python processes running
+// as uid, other than this one, waiting a little for killed ones to die.
 func processesOf(t *testing.T, uid int) []string {
 	t.Helper()
 	var out []string
@@ -321,6 +321,12 @@ func listProcesses(t *testing.T, uid int) []string {
 		}
 		st := string(b)
 		if strings.Contains(st, "\nState:\tZ") {
+			continue
+		}
+		// The code's processes are pythons (forks included): other
+		// programs of the same uid (a test Postgres run as nobody by
+		// another package) are not the sandbox's.
+		if !strings.Contains(st, "Name:\tpython") {
 			continue
 		}
 		for _, l := range strings.Split(st, "\n") {
