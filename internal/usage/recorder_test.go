@@ -1,0 +1,134 @@
+package usage_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard-ai/switchyard/internal/usage"
+)
+
+// flaky fails Add while fail is set.
+type flaky struct {
+	usage.Store
+	fail atomic.Bool
+}
+
+func (f *flaky) Add(ctx context.Context, rows []usage.Row) error {
+	if f.fail.Load() {
+		return errors.New("disk full")
+	}
+	return f.Store.Add(ctx, rows)
+}
+
+func openStore(t *testing.T) *flaky {
+	t.Helper()
+	s, err := usage.OpenSQLite(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return &flaky{Store: s}
+}
+
+func TestRecorderAggregatesAndFlushes(t *testing.T) {
+	ctx := context.Background()
+	store := openStore(t)
+	r, err := usage.NewRecorder(ctx, store, usage.RecorderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC)
+	r.Record(usage.Event{Time: day, KeyID: "key_a", LimitID: "key_a", Model: "m/x", Input: 10, Cached: 4, Output: 3, CostMicros: 100})
+	r.Record(usage.Event{Time: day, KeyID: "key_a", LimitID: "key_a", Model: "m/x", Input: 5, Output: 1, CostMicros: 50})
+	r.Record(usage.Event{Time: day, KeyID: "key_a", LimitID: "key_a", Model: "m/x", Error: true})
+
+	// Nothing is written before a flush: the hot path never waits for it.
+	if rows, _ := store.Query(ctx, usage.Query{}); len(rows) != 0 {
+		t.Fatalf("rows before a flush: %+v", rows)
+	}
+	// A failed flush keeps the aggregate; the next one writes it all.
+	store.fail.Store(true)
+	if err := r.Flush(ctx); err == nil {
+		t.Fatal("flush into a failing store succeeded")
+	}
+	r.Record(usage.Event{Time: day, KeyID: "key_a", LimitID: "key_a", Model: "m/x", Input: 1, CostMicros: 1})
+	store.fail.Store(false)
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.Query(ctx, usage.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := usage.Row{Day: "2026-11-03", KeyID: "key_a", LimitID: "key_a", Model: "m/x",
+		Requests: 4, InputTokens: 16, CachedTokens: 4, OutputTokens: 4, Errors: 1, CostMicros: 151}
+	if len(rows) != 1 || rows[0] != want {
+		t.Fatalf("rows %+v, want [%+v]", rows, want)
+	}
+}
+
+func TestRecorderMonthSpend(t *testing.T) {
+	ctx := context.Background()
+	store := openStore(t)
+	now := time.Now().UTC()
+	// Spend already stored this month (by an earlier run), and last month.
+	if err := store.Add(ctx, []usage.Row{
+		{Day: now.Format(usage.DayLayout), KeyID: "key_old", LimitID: "key_a", Model: "m/x", CostMicros: 1000},
+		{Day: now.AddDate(0, -1, 0).Format(usage.DayLayout), KeyID: "key_a", LimitID: "key_a", Model: "m/x", CostMicros: 99999},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := usage.NewRecorder(ctx, store, usage.RecorderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.MonthSpend("key_a", now); got != 1000 {
+		t.Fatalf("spend at start %d, want 1000", got)
+	}
+	r.Record(usage.Event{Time: now, KeyID: "key_new", LimitID: "key_a", Model: "m/x", CostMicros: 25})
+	r.Record(usage.Event{Time: now, KeyID: "key_b", LimitID: "key_b", Model: "m/x", CostMicros: 7})
+	if got := r.MonthSpend("key_a", now); got != 1025 {
+		t.Fatalf("spend after recording %d, want 1025", got)
+	}
+	// Flushing (and the reload after it) neither loses nor doubles spend.
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.MonthSpend("key_a", now); got != 1025 {
+		t.Fatalf("spend after a flush %d, want 1025", got)
+	}
+	store.fail.Store(true)
+	r.Record(usage.Event{Time: now, KeyID: "key_new", LimitID: "key_a", Model: "m/x", CostMicros: 5})
+	_ = r.Flush(ctx)
+	if got := r.MonthSpend("key_a", now); got != 1030 {
+		t.Fatalf("spend after a failed flush %d, want 1030", got)
+	}
+	if got := r.MonthSpend("key_b", now); got != 7 {
+		t.Fatalf("key_b spend %d, want 7", got)
+	}
+}
+
+func TestRecorderBoundsMemory(t *testing.T) {
+	ctx := context.Background()
+	store := openStore(t)
+	store.fail.Store(true)
+	r, err := usage.NewRecorder(ctx, store, usage.RecorderOptions{MaxRows: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"m/a", "m/b", "m/c"} {
+		r.Record(usage.Event{KeyID: "k", LimitID: "k", Model: m})
+	}
+	r.Record(usage.Event{KeyID: "k", LimitID: "k", Model: "m/a"}) // an existing row still counts
+	store.fail.Store(false)
+	rows, err := r.Query(ctx, usage.Query{}) // reads flush first
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Model != "m/a" || rows[0].Requests != 2 || rows[1].Model != "m/b" {
+		t.Fatalf("rows %+v, want m/a (2 requests) and m/b only", rows)
+	}
+}
