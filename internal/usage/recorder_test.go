@@ -3,6 +3,7 @@ package usage_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -130,5 +131,30 @@ func TestRecorderBoundsMemory(t *testing.T) {
 	}
 	if len(rows) != 2 || rows[0].Model != "m/a" || rows[0].Requests != 2 || rows[1].Model != "m/b" {
 		t.Fatalf("rows %+v, want m/a (2 requests) and m/b only", rows)
+	}
+}
+
+func TestWriteRows(t *testing.T) {
+	rows := []usage.Row{{Day: "2026-11-01", KeyID: "key_a", LimitID: "key_a", Model: "m/x", Requests: 2, InputTokens: 10,
+		CachedTokens: 4, OutputTokens: 3, Errors: 1, CostMicros: 1_000_050}}
+	var csv, js strings.Builder
+	if err := usage.WriteRows(&csv, usage.FormatCSV, rows); err != nil {
+		t.Fatal(err)
+	}
+	want := "day,key_id,limit_id,model,requests,input_tokens,cached_tokens,output_tokens,errors,cost_micros,cost_usd\n" +
+		"2026-11-01,key_a,key_a,m/x,2,10,4,3,1,1000050,1.000050\n"
+	if csv.String() != want {
+		t.Errorf("CSV:\n%s\nwant:\n%s", csv.String(), want)
+	}
+	if err := usage.WriteRows(&js, usage.FormatJSON, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"cost_usd": 1.000050`) || !strings.Contains(js.String(), `"cached_tokens": 4`) {
+		t.Errorf("JSON: %s", js.String())
+	}
+	for micros, want := range map[int64]string{0: "0.000000", 5: "0.000005", 12_345_678: "12.345678", -1: "-0.000001"} {
+		if got := usage.USD(micros); got != want {
+			t.Errorf("USD(%d) = %s, want %s", micros, got, want)
+		}
 	}
 }
