@@ -92,8 +92,8 @@ type Server struct {
 	// alerted holds the budget alerts logged (budgetAlert), by limit id
 	// and month.
 	alerted sync.Map
-	getenv        func(string) string
-	log           *slog.Logger
+	getenv  func(string) string
+	log     *slog.Logger
 
 	routes atomic.Pointer[routeTable]
 	limits limiter

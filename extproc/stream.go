@@ -70,7 +70,7 @@ type stream struct {
 	// refused: the gateway answered the request itself with an error
 	// (status) after authenticating the key (noteRefusal).
 	refused bool
-	limits    limitState
+	limits  limitState
 
 	// Replies reused for every chunk of a response body so the per-chunk
 	// path does not allocate (chunkReplies makes them with the first
