@@ -35,6 +35,7 @@ func (st *stream) checkBudget(prompt int64) *extprocv3.ProcessingResponse {
 	if spent+least <= budget && spent < budget {
 		return nil
 	}
+	st.srv.limits.metrics.Limited.Inc(TypeInsufficientQuota, st.key.Tier)
 	st.srv.log.Info("extproc: monthly budget spent", "request_id", st.requestID, "key_id", st.key.ID,
 		"spent_usd", usage.USD(spent), "budget_usd", usage.USD(budget))
 	return immediate(&apierror.Error{Status: http.StatusTooManyRequests, Type: TypeInsufficientQuota, Code: TypeInsufficientQuota,
@@ -49,10 +50,14 @@ func (st *stream) budgetAlert(limitID string, spent, budget int64, now time.Time
 	if float64(spent) < st.key.AlertRatio()*float64(budget) {
 		return
 	}
-	k := limitID + " " + usage.MonthStart(now)
-	if _, seen := st.srv.alerted.LoadOrStore(k, struct{}{}); seen {
-		return
+	// One entry per key: the month of its last alert.
+	month := usage.MonthStart(now)
+	if prev, loaded := st.srv.alerted.LoadOrStore(limitID, month); loaded {
+		if prev == month || !st.srv.alerted.CompareAndSwap(limitID, prev, month) {
+			return
+		}
 	}
+	st.srv.limits.metrics.BudgetAlerts.Inc(st.key.Tier)
 	st.srv.log.Warn("extproc: key passed its budget alert threshold", "key_id", st.key.ID, "limit_id", limitID,
 		"spent_usd", usage.USD(spent), "budget_usd", usage.USD(budget), "alert_ratio", st.key.AlertRatio())
 }

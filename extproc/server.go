@@ -89,8 +89,8 @@ type Server struct {
 	internalToken string
 	usage         UsageRecorder
 	budgets       Budgets
-	// alerted holds the budget alerts logged (budgetAlert), by limit id
-	// and month.
+	// alerted holds the month of the last budget alert logged
+	// (budgetAlert) by limit id.
 	alerted sync.Map
 	getenv  func(string) string
 	log     *slog.Logger
