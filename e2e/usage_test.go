@@ -275,6 +275,16 @@ func TestMonthlyBudgetEnforced(t *testing.T) {
 	if rows[0].Errors != 2 || rows[0].CostMicros != cost {
 		t.Errorf("after the refusals %+v, want 2 errors and the cost unchanged", rows[0])
 	}
+	// The SDK does not retry the refusal (x-should-retry: false): one more
+	// error, not three.
+	retrying := s.client(option.WithAPIKey(capped), option.WithMaxRetries(2))
+	if _, err := retrying.Chat.Completions.New(ctx, p); err == nil {
+		t.Fatal("over budget with retries: served")
+	}
+	rows = s.waitRequests(t, ck.ID, 4)
+	if rows[0].Errors != 3 {
+		t.Errorf("a retrying client made %d refused requests, want 1", rows[0].Errors-2)
+	}
 	// Another key is unaffected.
 	other := s.client(option.WithAPIKey(free))
 	if _, err := other.Chat.Completions.New(ctx, p); err != nil {

@@ -41,7 +41,10 @@ func (st *stream) checkBudget(prompt int64) *extprocv3.ProcessingResponse {
 	return immediate(&apierror.Error{Status: http.StatusTooManyRequests, Type: TypeInsufficientQuota, Code: TypeInsufficientQuota,
 		Message: fmt.Sprintf("You exceeded your current quota: API key %s has spent $%s of its monthly budget of $%s. "+
 			"The budget renews on the first of next month (UTC); ask your gateway administrator to raise it.",
-			st.key.ID, usage.USD(spent), usage.USD(budget))})
+			st.key.ID, usage.USD(spent), usage.USD(budget))},
+		// Retrying cannot help before the month ends or the budget is
+		// raised; the OpenAI SDKs honour this over their 429 retries.
+		"x-should-retry", "false")
 }
 
 // budgetAlert logs, once per key (rotation chain) and month in this

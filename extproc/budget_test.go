@@ -58,6 +58,15 @@ func TestCheckBudget(t *testing.T) {
 				!strings.Contains(body.Error.Message, "key_new") {
 				t.Errorf("reply %d %+v", ir.GetStatus().GetCode(), body.Error)
 			}
+			retry := ""
+			for _, h := range ir.GetHeaders().GetSetHeaders() {
+				if h.GetHeader().GetKey() == "x-should-retry" {
+					retry = string(h.GetHeader().GetRawValue()) + h.GetHeader().GetValue()
+				}
+			}
+			if retry != "false" {
+				t.Errorf("x-should-retry = %q, want false", retry)
+			}
 		})
 	}
 }
