@@ -17,6 +17,10 @@ const (
 	// key and model seen). Reaching it starts a flush at once; rows beyond
 	// it while the store keeps failing are dropped and logged.
 	DefaultMaxRows = 100_000
+	// DefaultReloadInterval is how often the month's spend is read back
+	// from the store, to see what other processes sharing it spent. This
+	// process's own spend is always counted at once.
+	DefaultReloadInterval = time.Minute
 )
 
 // Event is the usage of one request.
@@ -35,7 +39,9 @@ type Event struct {
 type RecorderOptions struct {
 	FlushInterval time.Duration // DefaultFlushInterval if 0
 	MaxRows       int           // DefaultMaxRows if 0
-	Logger        *slog.Logger
+	// ReloadInterval: DefaultReloadInterval if 0.
+	ReloadInterval time.Duration
+	Logger         *slog.Logger
 }
 
 type rowKey struct{ day, keyID, model string }
@@ -49,6 +55,9 @@ type Recorder struct {
 	interval time.Duration
 	maxRows  int
 	log      *slog.Logger
+	// reloadEvery and lastReload (guarded by flushMu) pace reload.
+	reloadEvery time.Duration
+	lastReload  time.Time
 
 	// flushMu serialises flushes (and the spend reload after each), so a
 	// reload never misses rows that are neither pending nor stored yet.
@@ -72,7 +81,7 @@ type Recorder struct {
 // month's spend loaded from it. Call Start to flush periodically and Close to
 // write what is left.
 func NewRecorder(ctx context.Context, store Store, opts RecorderOptions) (*Recorder, error) {
-	r := &Recorder{store: store, interval: opts.FlushInterval, maxRows: opts.MaxRows, log: opts.Logger,
+	r := &Recorder{store: store, interval: opts.FlushInterval, maxRows: opts.MaxRows, log: opts.Logger, reloadEvery: opts.ReloadInterval,
 		pending: map[rowKey]*Row{}, spend: map[spendKey]int64{},
 		full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	if r.interval <= 0 {
@@ -80,6 +89,9 @@ func NewRecorder(ctx context.Context, store Store, opts RecorderOptions) (*Recor
 	}
 	if r.maxRows <= 0 {
 		r.maxRows = DefaultMaxRows
+	}
+	if r.reloadEvery <= 0 {
+		r.reloadEvery = DefaultReloadInterval
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -173,9 +185,12 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			return fmt.Errorf("usage: flush: %w", err)
 		}
 	}
-	// Other processes sharing the store may have spent too.
-	if err := r.reload(ctx, time.Now()); err != nil {
-		r.log.Warn("usage: reloading month spend failed; using this process's counts", "error", err)
+	// Other processes sharing the store may have spent too. (This
+	// process's spend needs no reload: Record counted it.)
+	if now := time.Now(); now.Sub(r.lastReload) >= r.reloadEvery || MonthStart(now) != MonthStart(r.lastReload) {
+		if err := r.reload(ctx, now); err != nil {
+			r.log.Warn("usage: reloading month spend failed; using this process's counts", "error", err)
+		}
 	}
 	return nil
 }
@@ -201,6 +216,7 @@ func (r *Recorder) reload(ctx context.Context, now time.Time) error {
 		}
 	}
 	r.spend = spend
+	r.lastReload = now
 	return nil
 }
 

@@ -158,3 +158,39 @@ func TestWriteRows(t *testing.T) {
 		}
 	}
 }
+
+// Two processes sharing a store see each other's spend once the spender
+// has flushed and the other reloads; their own at once.
+func TestRecorderSharedStoreSpend(t *testing.T) {
+	ctx := context.Background()
+	store := openStore(t)
+	a, err := usage.NewRecorder(ctx, store, usage.RecorderOptions{ReloadInterval: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := usage.NewRecorder(ctx, store, usage.RecorderOptions{ReloadInterval: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	a.Record(usage.Event{Time: now, KeyID: "k", LimitID: "k", Model: "m/x", CostMicros: 10})
+	b.Record(usage.Event{Time: now, KeyID: "k", LimitID: "k", Model: "m/x", CostMicros: 1})
+	if got := b.MonthSpend("k", now); got != 1 {
+		t.Fatalf("b before any flush: %d, want its own 1", got)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.MonthSpend("k", now); got != 11 {
+		t.Fatalf("b after both flushed: %d, want 11", got)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.MonthSpend("k", now); got != 11 {
+		t.Fatalf("a after reloading: %d, want 11", got)
+	}
+}
