@@ -194,3 +194,45 @@ func TestRecorderSharedStoreSpend(t *testing.T) {
 		t.Fatalf("a after reloading: %d, want 11", got)
 	}
 }
+
+// Records racing with periodic flushes are all written, once.
+func TestRecorderConcurrent(t *testing.T) {
+	ctx := context.Background()
+	store := openStore(t)
+	r, err := usage.NewRecorder(ctx, store, usage.RecorderOptions{FlushInterval: time.Millisecond, ReloadInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Start()
+	const workers, each = 8, 500
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				r.Record(usage.Event{KeyID: "k", LimitID: "k", Model: []string{"m/a", "m/b"}[(w+i)%2], Input: 2, CostMicros: 3})
+				_ = r.MonthSpend("k", time.Now())
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.Query(ctx, usage.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, in, cost int64
+	for _, row := range rows {
+		n, in, cost = n+row.Requests, in+row.InputTokens, cost+row.CostMicros
+	}
+	if n != workers*each || in != 2*n || cost != 3*n {
+		t.Fatalf("stored %d requests, %d tokens, %d cost; want %d, %d, %d", n, in, cost, workers*each, 2*workers*each, 3*workers*each)
+	}
+	if got := r.MonthSpend("k", time.Now()); got != 3*workers*each {
+		t.Fatalf("spend %d, want %d", got, 3*workers*each)
+	}
+}
