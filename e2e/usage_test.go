@@ -302,3 +302,36 @@ func TestMonthlyBudgetEnforced(t *testing.T) {
 		t.Error("no budget alert logged")
 	}
 }
+
+// TestUsageCountsGatewayTimeouts: a request the gateway itself ends with
+// 504 (no first byte within the model's first_byte_timeout) is counted as
+// the key's error, with no tokens.
+func TestUsageCountsGatewayTimeouts(t *testing.T) {
+	s := newStack(t, stackOptions{
+		extraYAML: `  - id: demo/slow
+    context_window: 1000
+    first_byte_timeout: 200ms
+    idle_timeout: 5s
+    providers:
+      - provider: fake-openai
+        upstream_model: fake-chat-1
+`,
+		gateway: func(o *gateway.Options) { o.AdminListen, o.AdminToken = "127.0.0.1:0", usageAdminToken },
+	})
+	ctx := context.Background()
+	key, k, err := s.gw.Keys.Issue(ctx, keys.Spec{Name: "timeouts", Tier: "enterprise", RPM: 100, TPM: 100_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.client(option.WithAPIKey(key))
+	_, err = c.Chat.Completions.New(ctx, chatParamsFor("demo/slow", "hi"),
+		option.WithHeader(fake.HeaderDelayMS, "1500"))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("err %v, want 504", err)
+	}
+	rows := s.waitRequests(t, k.ID, 1)
+	if want := (usage.Row{Day: rows[0].Day, KeyID: k.ID, LimitID: k.ID, Model: "demo/slow", Requests: 1, Errors: 1}); len(rows) != 1 || rows[0] != want {
+		t.Fatalf("rows %+v, want [%+v]", rows, want)
+	}
+}
