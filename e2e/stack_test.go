@@ -46,6 +46,8 @@ type stackOptions struct {
 	gateway func(*gateway.Options)
 	// wrapUpstream, if not nil, wraps the fake upstream's handler.
 	wrapUpstream func(http.Handler) http.Handler
+	// promptCache is the fake upstream's prompt cache.
+	promptCache fake.CacheOptions
 }
 
 // newStack starts a gateway whose only provider is a fake OpenAI upstream that
@@ -54,7 +56,7 @@ func newStack(t testing.TB, o stackOptions) *stack {
 	t.Helper()
 	providerKey := "prov-" + strings.Repeat("z", 20) + fmt.Sprint(time.Now().UnixNano())
 	t.Setenv(providerKeyEnv, providerKey)
-	rec := &recorder{next: fake.NewOpenAI(fake.Options{APIKey: providerKey, ServiceTime: o.serviceTime})}
+	rec := &recorder{next: fake.NewOpenAI(fake.Options{APIKey: providerKey, ServiceTime: o.serviceTime, PromptCache: o.promptCache})}
 	if o.wrapUpstream != nil {
 		rec.next = o.wrapUpstream(rec.next)
 	}

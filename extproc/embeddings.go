@@ -275,7 +275,11 @@ func (st *stream) embeddingsBody(ctx context.Context, body []byte) *extprocv3.Pr
 	if mr.unavailable != nil {
 		return immediate(mr.unavailable)
 	}
+	st.model, st.pricing = mr.id, mr.pricing
 	edits, estimate := st.truncateInputs(body, &req, mr)
+	if resp := st.checkBudget(estimate); resp != nil {
+		return resp
+	}
 	if resp := st.admit(ctx, func() int64 { return estimate }); resp != nil {
 		return resp
 	}

@@ -89,13 +89,13 @@ type recorder struct {
 	got []recorded
 }
 
-func (r *recorder) RecordUsage(ctx context.Context, keyID, model string, u Usage) {
+func (r *recorder) RecordUsage(ctx context.Context, key *keys.Key, model string, u Usage) {
 	if ctx.Err() != nil {
 		panic("recorder got a cancelled context")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.got = append(r.got, recorded{keyID, model, u})
+	r.got = append(r.got, recorded{key.ID, model, u})
 }
 
 func (r *recorder) all() []recorded {

@@ -409,11 +409,15 @@ func (st *stream) chatBody(ctx context.Context, body []byte) *extprocv3.Processi
 	if mr.unavailable != nil {
 		return immediate(mr.unavailable)
 	}
+	st.model, st.pricing = mr.id, mr.pricing
 	prompt := estimatePromptTokens(body, &req)
 	if prompt > int64(mr.contextWindow) {
 		// No provider could take it: refused before it costs a rate limit
 		// token or a round trip.
 		return immediate(contextLengthExceeded(mr.contextWindow, prompt))
+	}
+	if resp := st.checkBudget(prompt); resp != nil {
+		return resp
 	}
 	if resp := st.admit(ctx, func() int64 { return prompt }); resp != nil {
 		return resp

@@ -274,8 +274,17 @@ func TestProviderErrors(t *testing.T) {
 			}
 		})
 	}
-	if len(h.rec.all()) != 0 {
-		t.Errorf("usage recorded for errors: %v", h.rec.all())
+	// Each error counts as the key's error, with no tokens or cost, when
+	// its stream ends.
+	waitFor(t, func() bool { return len(h.rec.all()) >= len(tests) })
+	rec := h.rec.all()
+	if len(rec) != len(tests) {
+		t.Errorf("recorded %d requests for %d errors: %v", len(rec), len(tests), rec)
+	}
+	for _, r := range rec {
+		if r.u != (Usage{Error: true}) || r.model != "openai/gpt-4o" {
+			t.Errorf("recorded %+v for an error, want only Error", r)
+		}
 	}
 }
 

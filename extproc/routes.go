@@ -127,6 +127,7 @@ type modelRoute struct {
 	dimensions       bool
 	contextWindow    int
 	chat, embeddings bool
+	pricing          config.Pricing
 	// Prompt caching (affinity.go): cache affine first choices, the
 	// latency policy's tolerance, and the options anthropic attempts
 	// translate with.
@@ -301,6 +302,7 @@ func (s *Server) newModelRoute(rt *routeTable, m *config.Model, now time.Time) (
 		tokenizer:        m.Tokenizer,
 		dimensions:       m.Dimensions,
 		contextWindow:    m.ContextWindow,
+		pricing:          m.Pricing,
 		targets:          make([]target, 0, len(m.Providers)),
 	}
 	if r.firstByteTimeout <= 0 {

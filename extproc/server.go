@@ -32,12 +32,27 @@ type KeyLookup interface {
 // Usage is the token usage of one request.
 type Usage struct {
 	PromptTokens, CompletionTokens, TotalTokens, CachedTokens int64
+	// CostMicros is the cost in micro-dollars at the model's pricing (0
+	// for a model without one).
+	CostMicros int64
+	// Error: the request was answered with a 4xx or 5xx status.
+	Error bool
 }
 
-// UsageRecorder is told the usage of every request that produced one (for
-// budgets and metrics).
+// UsageRecorder is told the usage of every request of a key that produced
+// one or was answered with an error (for usage reports and budgets). model
+// is the canonical model id, "" when the request was refused before its
+// model was known.
 type UsageRecorder interface {
-	RecordUsage(ctx context.Context, keyID, model string, u Usage)
+	RecordUsage(ctx context.Context, key *keys.Key, model string, u Usage)
+}
+
+// Budgets reads the month-to-date spend that keys' monthly budgets are
+// checked against.
+type Budgets interface {
+	// MonthSpend is the spend in micro-dollars of the keys sharing
+	// limitID (keys.Key.LimitID) in now's calendar month, UTC.
+	MonthSpend(limitID string, now time.Time) int64
 }
 
 // Options configure a Server.
@@ -46,6 +61,8 @@ type Options struct {
 	Keys KeyLookup
 	// Usage, if not nil, is told the usage of every request that reports one.
 	Usage UsageRecorder
+	// Budgets, if not nil, enforces keys' monthly spend budgets (budget.go).
+	Budgets Budgets
 	// Limiter, if not nil, enforces the keys' rate limits (limits.go):
 	// admission of chat completions and the x-ratelimit-* headers.
 	Limiter Limiter
@@ -71,8 +88,12 @@ type Server struct {
 	keys          KeyLookup
 	internalToken string
 	usage         UsageRecorder
-	getenv        func(string) string
-	log           *slog.Logger
+	budgets       Budgets
+	// alerted holds the month of the last budget alert logged
+	// (budgetAlert) by limit id.
+	alerted sync.Map
+	getenv  func(string) string
+	log     *slog.Logger
 
 	routes atomic.Pointer[routeTable]
 	limits limiter
@@ -94,7 +115,7 @@ func New(opts Options) *Server {
 	if opts.Keys == nil {
 		panic("extproc: Options.Keys is required")
 	}
-	s := &Server{keys: opts.Keys, internalToken: opts.InternalToken, usage: opts.Usage, getenv: opts.Getenv, log: opts.Logger,
+	s := &Server{keys: opts.Keys, internalToken: opts.InternalToken, usage: opts.Usage, budgets: opts.Budgets, getenv: opts.Getenv, log: opts.Logger,
 		health: map[string]*providerHealth{}, created: map[string]int64{}}
 	if s.getenv == nil {
 		s.getenv = os.Getenv

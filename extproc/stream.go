@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
@@ -64,7 +65,12 @@ type stream struct {
 	usage     Usage
 	haveUsage bool
 	recorded  bool
-	limits    limitState
+	// pricing is the model's, once the model is known.
+	pricing config.Pricing
+	// refused: the gateway answered the request itself with an error
+	// (status) after authenticating the key (noteRefusal).
+	refused bool
+	limits  limitState
 
 	// Replies reused for every chunk of a response body so the per-chunk
 	// path does not allocate (chunkReplies makes them with the first
@@ -108,7 +114,7 @@ func (st *stream) handle(ctx context.Context, req *extprocv3.ProcessingRequest) 
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return st.requestHeaders(ctx, m.RequestHeaders), nil
 	case *extprocv3.ProcessingRequest_RequestBody:
-		return st.requestBody(ctx, m.RequestBody), nil
+		return st.noteRefusal(st.requestBody(ctx, m.RequestBody)), nil
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return st.withLimitHeaders(st.responseHeaders(ctx, m.ResponseHeaders)), nil
 	case *extprocv3.ProcessingRequest_ResponseBody:
@@ -133,18 +139,35 @@ func (st *stream) setUsage(u Usage) {
 	st.usage, st.haveUsage = u, true
 }
 
-// recordUsage tells the UsageRecorder, once, about the usage seen.
+// noteRefusal remembers that an authenticated request of an endpoint
+// extproc serves was refused with an error status, so it is counted as the
+// key's error (recordUsage).
+func (st *stream) noteRefusal(resp *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	if ir := resp.GetImmediateResponse(); ir != nil && st.op != opNone && st.key.ID != "" {
+		if code := int(ir.GetStatus().GetCode()); code >= 400 {
+			st.refused, st.status = true, code
+		}
+	}
+	return resp
+}
+
+// recordUsage tells the UsageRecorder, once, about the usage seen (with its
+// cost), or about the error answered.
 func (st *stream) recordUsage(ctx context.Context) {
-	if !st.haveUsage || st.recorded || !st.routed {
+	failed := st.status >= 400 && (st.routed || st.refused)
+	if st.recorded || !(st.haveUsage && st.routed) && !failed {
 		return
 	}
 	st.recorded = true
 	if st.srv.usage == nil {
 		return
 	}
+	u := st.usage
+	u.Error = failed
+	u.CostMicros = st.pricing.CostMicros(u.PromptTokens, u.CachedTokens, u.CompletionTokens)
 	// Tokens were spent even if the client has gone: do not let the
 	// stream's cancellation stop the recorder from charging them.
-	st.srv.usage.RecordUsage(context.WithoutCancel(ctx), st.key.ID, st.model, st.usage)
+	st.srv.usage.RecordUsage(context.WithoutCancel(ctx), &st.key, st.model, u)
 }
 
 // finish runs when the Process stream ends, however it ends.

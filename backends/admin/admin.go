@@ -8,11 +8,12 @@
 // OpenAI error shape before anything else happens, unknown paths included.
 //
 //	GET  /admin/v1/keys                    list keys (never their secrets)
-//	POST /admin/v1/keys                    create: {name, tier, rpm?, tpm?, models?} -> the key with its secret
+//	POST /admin/v1/keys                    create: {name, tier, rpm?, tpm?, models?, monthly_budget_usd?, budget_alert_ratio?} -> the key with its secret
 //	GET  /admin/v1/keys/{id}               show one key
 //	POST /admin/v1/keys/{id}/revoke        revoke
 //	POST /admin/v1/keys/{id}/rotate        rotate: {grace: "24h"} -> the new key with its secret
-//	POST /admin/v1/keys/{id}/set-tier      {tier, rpm?, tpm?, models?}
+//	POST /admin/v1/keys/{id}/set-tier      {tier, rpm?, tpm?, models?, monthly_budget_usd?, budget_alert_ratio?}
+//	GET  /admin/v1/usage                   ?key=ID&since=YYYY-MM-DD&until=YYYY-MM-DD&format=json|csv (Options.Usage)
 //	GET  /metrics                          Prometheus text
 //
 // and, with Options.Routing, live routing changes (routing.go): a model's
@@ -31,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -39,6 +41,7 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/usage"
 )
 
 // KeyStore is the key management the admin API needs, declared here, its
@@ -51,6 +54,7 @@ type KeyStore interface {
 	Rotate(ctx context.Context, idOrSecret string, grace time.Duration) (string, keys.Key, error)
 	SetTier(ctx context.Context, idOrSecret, tier string, rpm, tpm int64) (keys.Key, error)
 	SetModels(ctx context.Context, idOrSecret string, models []string) (keys.Key, error)
+	SetBudget(ctx context.Context, idOrSecret string, budget int64, alertRatio float64) (keys.Key, error)
 }
 
 // Options configure the admin API.
@@ -69,7 +73,9 @@ type Options struct {
 	Changed func()
 	// Routing, if not nil, serves the routing endpoints (routing.go).
 	Routing Routing
-	Logger  *slog.Logger
+	// Usage, if not nil, serves GET /admin/v1/usage.
+	Usage  usage.Reader
+	Logger *slog.Logger
 }
 
 // MinTokenLen is the shortest admin token accepted: anything shorter is
@@ -99,6 +105,9 @@ func New(opts Options) (http.Handler, error) {
 	mux.HandleFunc("POST /admin/v1/keys/{id}/rotate", a.rotate)
 	mux.HandleFunc("POST /admin/v1/keys/{id}/set-tier", a.setTier)
 	mux.HandleFunc("GET /metrics", a.metrics)
+	if opts.Usage != nil {
+		mux.HandleFunc("GET /admin/v1/usage", a.usage)
+	}
 	a.routes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { apierror.NotFound(r.URL.Path).Write(w) })
 	return a.authenticate(mux), nil
@@ -146,6 +155,10 @@ type keyJSON struct {
 	RPM        *int64   `json:"rpm"`
 	TPM        *int64   `json:"tpm"`
 	Models     []string `json:"models"`
+	// MonthlyBudgetUSD is null without a budget; BudgetAlertRatio is the
+	// threshold in force (the default when the key sets none).
+	MonthlyBudgetUSD *json.Number `json:"monthly_budget_usd"`
+	BudgetAlertRatio float64      `json:"budget_alert_ratio"`
 	// Secret is set only in the answers that issue a key.
 	Secret string `json:"secret,omitempty"`
 }
@@ -184,6 +197,11 @@ func toJSON(k keys.Key) keyJSON {
 	if k.ReplacedBy != "" {
 		j.ReplacedBy = &k.ReplacedBy
 	}
+	if k.MonthlyBudget > 0 {
+		b := json.Number(usage.USD(k.MonthlyBudget))
+		j.MonthlyBudgetUSD = &b
+	}
+	j.BudgetAlertRatio = k.AlertRatio()
 	return j
 }
 
@@ -210,6 +228,32 @@ type keySettings struct {
 	RPM    int64     `json:"rpm"`
 	TPM    int64     `json:"tpm"`
 	Models *[]string `json:"models"` // absent: unchanged (set-tier) or all models
+	// MonthlyBudgetUSD: absent, unchanged (set-tier) or none; 0 removes it.
+	MonthlyBudgetUSD *float64 `json:"monthly_budget_usd"`
+	BudgetAlertRatio *float64 `json:"budget_alert_ratio"`
+}
+
+// budget reads the settings' budget into sp, reporting whether any was given.
+func (in *keySettings) budget(sp *keys.Spec) (bool, error) {
+	if in.MonthlyBudgetUSD != nil {
+		m, err := BudgetMicros(*in.MonthlyBudgetUSD)
+		if err != nil {
+			return false, err
+		}
+		sp.MonthlyBudget = m
+	}
+	if in.BudgetAlertRatio != nil {
+		sp.BudgetAlertRatio = *in.BudgetAlertRatio
+	}
+	return in.MonthlyBudgetUSD != nil || in.BudgetAlertRatio != nil, nil
+}
+
+// BudgetMicros converts a monthly budget in US dollars to micro-dollars.
+func BudgetMicros(usd float64) (int64, error) {
+	if !(usd >= 0 && usd <= keys.MaxMonthlyBudget/1e6) {
+		return 0, fmt.Errorf("monthly_budget_usd must be between 0 (none) and %d dollars", int64(keys.MaxMonthlyBudget/1e6))
+	}
+	return int64(math.Round(usd * 1e6)), nil
 }
 
 func (a *api) create(w http.ResponseWriter, r *http.Request) {
@@ -220,6 +264,10 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 	sp := keys.Spec{Name: in.Name, Tier: in.Tier, RPM: in.RPM, TPM: in.TPM}
 	if in.Models != nil {
 		sp.Models = *in.Models
+	}
+	if _, err := in.budget(&sp); err != nil {
+		badRequest(w, "monthly_budget_usd", err)
+		return
 	}
 	if err := CheckSpec(a.opts.Config(), sp); err != nil {
 		badRequest(w, "", err)
@@ -309,17 +357,26 @@ func (a *api) setTier(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, &in) {
 		return
 	}
-	sp := keys.Spec{Name: k.Name, Tier: in.Tier, RPM: in.RPM, TPM: in.TPM, Models: k.Models}
+	sp := keys.Spec{Name: k.Name, Tier: in.Tier, RPM: in.RPM, TPM: in.TPM, Models: k.Models,
+		MonthlyBudget: k.MonthlyBudget, BudgetAlertRatio: k.BudgetAlertRatio}
 	if in.Models != nil {
 		sp.Models = *in.Models
+	}
+	setBudget, err := in.budget(&sp)
+	if err != nil {
+		badRequest(w, "monthly_budget_usd", err)
+		return
 	}
 	if err := CheckSpec(a.opts.Config(), sp); err != nil {
 		badRequest(w, "", err)
 		return
 	}
-	k, err := a.opts.Keys.SetTier(r.Context(), k.ID, sp.Tier, sp.RPM, sp.TPM)
+	k, err = a.opts.Keys.SetTier(r.Context(), k.ID, sp.Tier, sp.RPM, sp.TPM)
 	if err == nil && in.Models != nil {
 		k, err = a.opts.Keys.SetModels(r.Context(), k.ID, sp.Models)
+	}
+	if err == nil && setBudget {
+		k, err = a.opts.Keys.SetBudget(r.Context(), k.ID, sp.MonthlyBudget, sp.BudgetAlertRatio)
 	}
 	if err != nil {
 		a.fail(w, r, err)
@@ -327,6 +384,43 @@ func (a *api) setTier(w http.ResponseWriter, r *http.Request) {
 	}
 	a.changed(r, "set-tier", k.ID)
 	writeJSON(w, http.StatusOK, toJSON(k))
+}
+
+// usage answers GET /admin/v1/usage: the daily rows of one key (key, by
+// ID) or of every key, between since and until (days, inclusive, UTC), as
+// JSON or CSV.
+func (a *api) usage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	format := q.Get("format")
+	switch format {
+	case "":
+		format = usage.FormatJSON
+	case usage.FormatJSON, usage.FormatCSV:
+	default:
+		badRequest(w, "format", fmt.Errorf("format must be %q or %q", usage.FormatJSON, usage.FormatCSV))
+		return
+	}
+	uq := usage.Query{KeyID: q.Get("key"), Since: q.Get("since"), Until: q.Get("until")}
+	if strings.HasPrefix(uq.KeyID, "sk-") {
+		badRequest(w, "key", errors.New("name keys by their ID (key_…) in URLs, never by their secret"))
+		return
+	}
+	if err := uq.Validate(); err != nil {
+		badRequest(w, "since", err)
+		return
+	}
+	rows, err := a.opts.Usage.Query(r.Context(), uq)
+	if err != nil {
+		a.opts.Logger.Error("admin: usage store", "error", err)
+		apierror.Server(http.StatusInternalServerError, "server_error", "The usage store failed.").Write(w)
+		return
+	}
+	if format == usage.FormatCSV {
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	_ = usage.WriteRows(w, format, rows)
 }
 
 func (a *api) metrics(w http.ResponseWriter, _ *http.Request) {

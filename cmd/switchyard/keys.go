@@ -11,21 +11,28 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends/admin"
 	"github.com/switchyard-ai/switchyard/internal/keys"
+	usagedb "github.com/switchyard-ai/switchyard/internal/usage"
 )
 
 const keysUsage = `switchyard keys: manage API keys (works while a gateway runs on the same data directory)
 
-  keys create   --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models a/b,c/d] [--config FILE]
+  keys create   --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models a/b,c/d]
+                [--monthly-budget USD] [--budget-alert RATIO] [--config FILE]
   keys list     --data-dir DIR
   keys show     --data-dir DIR KEY_OR_ID
   keys revoke   --data-dir DIR KEY_OR_ID
   keys rotate   --data-dir DIR [--grace 24h] KEY_OR_ID
-  keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models a/b,c/d|*] [--config FILE] KEY_OR_ID TIER
+  keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models a/b,c/d|*]
+                [--monthly-budget USD] [--budget-alert RATIO] [--config FILE] KEY_OR_ID TIER
 
 create and rotate print the new key alone on the last line of stdout; it is
 shown once and stored only as a hash. --rpm and --tpm replace the tier's
 limits for the key (required for a tier without limits, such as enterprise).
 --models limits the key to those model ids ("*": all models).
+--monthly-budget caps what the key may spend in a calendar month (UTC), in US
+dollars at the models' pricing (0: no budget); --budget-alert is the fraction
+of it past which the gateway logs a warning (default 0.8). set-tier keeps the
+budget unless they are given.
 Revocations, rotations and tier changes reach running gateways within 2 s.
 `
 
@@ -55,6 +62,7 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		rpm := fs.Int64("rpm", 0, "requests per minute for this key (0: the tier's)")
 		tpm := fs.Int64("tpm", 0, "tokens per minute for this key (0: the tier's)")
 		models := fs.String("models", "", "comma-separated model ids the key may use (default: all)")
+		budget := budgetFlags(fs)
 		cfgPath := fs.String("config", "", "configuration whose tiers and models are allowed (default: the embedded one)")
 		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
@@ -63,6 +71,9 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("keys create: --name is required")
 		}
 		sp := keys.Spec{Name: *name, Tier: *tier, RPM: *rpm, TPM: *tpm, Models: splitModels(*models)}
+		if _, err := budget.apply(fs, &sp); err != nil {
+			return fmt.Errorf("keys create: %w", err)
+		}
 		if err := checkSpec(*cfgPath, sp); err != nil {
 			return fmt.Errorf("keys create: %w", err)
 		}
@@ -157,6 +168,7 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		rpm := fs.Int64("rpm", 0, "requests per minute for this key (0: the tier's)")
 		tpm := fs.Int64("tpm", 0, "tokens per minute for this key (0: the tier's)")
 		models := fs.String("models", "", `comma-separated model ids the key may use ("*": all; default: unchanged)`)
+		budget := budgetFlags(fs)
 		cfgPath := fs.String("config", "", "configuration whose tiers and models are allowed (default: the embedded one)")
 		pos, err := parseArgs(fs, args[1:], 2)
 		if err != nil {
@@ -171,10 +183,15 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		sp := keys.Spec{Name: k.Name, Tier: pos[1], RPM: *rpm, TPM: *tpm, Models: k.Models}
+		sp := keys.Spec{Name: k.Name, Tier: pos[1], RPM: *rpm, TPM: *tpm, Models: k.Models,
+			MonthlyBudget: k.MonthlyBudget, BudgetAlertRatio: k.BudgetAlertRatio}
 		setModels := flagGiven(fs, "models")
 		if setModels {
 			sp.Models = splitModels(*models)
+		}
+		setBudget, err := budget.apply(fs, &sp)
+		if err != nil {
+			return fmt.Errorf("keys set-tier: %w", err)
 		}
 		if err := checkSpec(*cfgPath, sp); err != nil {
 			return fmt.Errorf("keys set-tier: %w", err)
@@ -184,6 +201,11 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if setModels {
 			if k, err = store.SetModels(ctx, pos[0], sp.Models); err != nil {
+				return err
+			}
+		}
+		if setBudget {
+			if k, err = store.SetBudget(ctx, pos[0], sp.MonthlyBudget, sp.BudgetAlertRatio); err != nil {
 				return err
 			}
 		}
@@ -218,6 +240,35 @@ func parseArgs(fs *flag.FlagSet, args []string, n int) ([]string, error) {
 		return nil, fmt.Errorf("%s: want a key or key id and a tier", fs.Name())
 	}
 	return pos, nil
+}
+
+// budgetOpts are the --monthly-budget and --budget-alert flags.
+type budgetOpts struct {
+	usd   *float64
+	alert *float64
+}
+
+func budgetFlags(fs *flag.FlagSet) budgetOpts {
+	return budgetOpts{
+		usd:   fs.Float64("monthly-budget", 0, "most the key may spend in a calendar month, in US dollars (0: no budget)"),
+		alert: fs.Float64("budget-alert", 0, "fraction of the budget past which a warning is logged (default 0.8)"),
+	}
+}
+
+// apply sets the given flags in sp and reports whether any was given.
+func (b budgetOpts) apply(fs *flag.FlagSet, sp *keys.Spec) (bool, error) {
+	given := false
+	if flagGiven(fs, "monthly-budget") {
+		m, err := admin.BudgetMicros(*b.usd)
+		if err != nil {
+			return false, err
+		}
+		sp.MonthlyBudget, given = m, true
+	}
+	if flagGiven(fs, "budget-alert") {
+		sp.BudgetAlertRatio, given = *b.alert, true
+	}
+	return given, nil
 }
 
 func flagGiven(fs *flag.FlagSet, name string) bool {
@@ -264,6 +315,9 @@ func limitsColumn(k keys.Key) string {
 	}
 	if len(k.Models) > 0 {
 		parts = append(parts, "models "+strings.Join(k.Models, ","))
+	}
+	if k.MonthlyBudget > 0 {
+		parts = append(parts, fmt.Sprintf("budget $%s/month (alert at %g)", usagedb.USD(k.MonthlyBudget), k.AlertRatio()))
 	}
 	if len(parts) == 0 {
 		return "tier"

@@ -22,12 +22,13 @@ Usage:
   switchyard run [--config FILE] [--data-dir DIR] [--listen ADDR] [--region us|asia] [--insecure] [--demo-key]
                  [--admin-listen ADDR] [--admin-token-file FILE] [--ratelimit-addr ADDR] [--xds-listen ADDR]
   switchyard validate [--config FILE] [--skip-credentials] [--check-connections]
-  switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models IDS] [--config FILE]
+  switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models IDS] [--monthly-budget USD] [--budget-alert R] [--config FILE]
   switchyard keys list --data-dir DIR
   switchyard keys show --data-dir DIR KEY_OR_ID
   switchyard keys revoke --data-dir DIR KEY_OR_ID
   switchyard keys rotate --data-dir DIR [--grace 24h] KEY_OR_ID
-  switchyard keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models IDS] [--config FILE] KEY_OR_ID TIER
+  switchyard keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models IDS] [--monthly-budget USD] [--budget-alert R] [--config FILE] KEY_OR_ID TIER
+  switchyard usage --data-dir DIR [--key KEY_OR_ID] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format json|csv]
   switchyard datakey status|rotate|rewrap|retire --data-dir DIR
   switchyard fake [--listen ADDR] [--api-key-env VAR] [--service-time D] [--chunk-delay D]
   switchyard envoy bootstrap [--config FILE] [--node-id ID] [--xds ADDR] [--extproc ADDR|unix:PATH] [--ratelimit ADDR]
@@ -74,6 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdValidate(args[1:], stdout, stderr)
 	case "keys":
 		return cmdKeys(ctx, args[1:], stdout, stderr)
+	case "usage":
+		return cmdUsage(ctx, args[1:], stdout, stderr)
 	case "datakey":
 		return cmdDatakey(ctx, args[1:], stdout, stderr)
 	case "fake":

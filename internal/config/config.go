@@ -8,6 +8,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -156,6 +157,48 @@ type Model struct {
 	// PromptCache keeps providers' prompt caches warm: cache affinity
 	// routing and Anthropic cache breakpoints (see PromptCache).
 	PromptCache PromptCache `yaml:"prompt_cache" json:"prompt_cache,omitzero"`
+	// Pricing gives the model's requests a cost (usage and budgets); a
+	// model without one costs nothing.
+	Pricing Pricing `yaml:"pricing" json:"pricing,omitzero"`
+}
+
+// Pricing is a model's price in US dollars per million tokens. Cached
+// input tokens (prompt_tokens_details.cached_tokens) are billed at
+// CachedInput instead of Input; CachedInput 0 bills them at Input.
+type Pricing struct {
+	Input       float64 `yaml:"input" json:"input,omitempty"`
+	CachedInput float64 `yaml:"cached_input" json:"cached_input,omitempty"`
+	Output      float64 `yaml:"output" json:"output,omitempty"`
+}
+
+// MaxPrice bounds a price (US dollars per million tokens), so a request's
+// cost cannot overflow its integer micro-dollars.
+const MaxPrice = 1_000_000
+
+// Micros returns the prices in micro-dollars per million tokens (which is
+// pico-dollars per token), rounded: costs are summed as integers so they
+// never drift.
+func (p Pricing) Micros() (input, cachedInput, output int64) {
+	m := func(f float64) int64 { return int64(math.Round(f * 1e6)) }
+	input, cachedInput, output = m(p.Input), m(p.CachedInput), m(p.Output)
+	if p.CachedInput == 0 {
+		cachedInput = input
+	}
+	return input, cachedInput, output
+}
+
+// CostMicros is the cost in micro-dollars of a request that used input
+// prompt tokens (cached included, as OpenAI counts them), cached of them
+// from a prompt cache, and output completion tokens; rounded to the
+// nearest micro-dollar.
+func (p Pricing) CostMicros(input, cached, output int64) int64 {
+	in, ca, out := p.Micros()
+	cached = min(max(cached, 0), max(input, 0))
+	pico := (input-cached)*in + cached*ca + output*out
+	if pico <= 0 {
+		return 0
+	}
+	return (pico + 500_000) / 1_000_000
 }
 
 // PromptCache configures how a model's requests use providers' prompt
@@ -678,6 +721,12 @@ func (v *validator) check(c *Config) {
 		}
 		if m.PromptCache.MinTokens < 0 {
 			v.fail("must not be negative", "models", i, "prompt_cache", "min_tokens")
+		}
+		for j, price := range []float64{m.Pricing.Input, m.Pricing.CachedInput, m.Pricing.Output} {
+			if !(price >= 0 && price <= MaxPrice) { // also refuses NaN
+				v.fail(fmt.Sprintf("must be between 0 and %d US dollars per million tokens", MaxPrice),
+					"models", i, "pricing", []string{"input", "cached_input", "output"}[j])
+			}
 		}
 		if m.Tokenizer != "" && !contains([]string{"cl100k_base", "o200k_base", "estimate"}, m.Tokenizer) {
 			v.fail("must be cl100k_base, o200k_base or estimate", "models", i, "tokenizer")

@@ -64,6 +64,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"forwarded internal header", [2]string{"kind: openai", "kind: openai\n    forward_headers: [x-switchyard-model]"}, []string{"providers[0].forward_headers[0]", "never forwarded"}},
 		{"forwarded header name", [2]string{"kind: openai", "kind: openai\n    forward_headers: [\"X Beta\"]"}, []string{"providers[0].forward_headers[0]", "header name"}},
 		{"bad batch allowance", [2]string{"models:", "tiers: {gold: {rpm: 5, tpm: 5, batch_lines_per_day: -2}}\nmodels:"}, []string{"tiers", "gold", "batch_lines_per_day"}},
+		{"negative price", [2]string{"- id: acme/m1", "- id: acme/m1\n    pricing: {input: 1, output: -2}"}, []string{"test.yaml:10:", "models[0].pricing.output", "between 0 and"}},
+		{"price in words", [2]string{"- id: acme/m1", "- id: acme/m1\n    pricing: {input: cheap}"}, []string{"test.yaml:10:", "models[0].pricing.input", "is not a number"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
 	}
 	for _, tt := range tests {
@@ -208,5 +210,32 @@ models:`, 1)
 		if n, limited := c.Tiers[tier].BatchLineAllowance(); limited != (want >= 0) || (limited && n != want) {
 			t.Errorf("%s: BatchLineAllowance = %d, %v", tier, n, limited)
 		}
+	}
+}
+
+func TestPricingCost(t *testing.T) {
+	p := Pricing{Input: 2.5, CachedInput: 1.25, Output: 10}
+	tests := []struct {
+		input, cached, output, want int64
+	}{
+		{0, 0, 0, 0},
+		{1_000_000, 0, 0, 2_500_000},                  // $2.50
+		{1_000_000, 1_000_000, 1_000_000, 11_250_000}, // all cached: $1.25 + $10
+		{10, 4, 3, 50},                                // 6*2.5 + 4*1.25 + 3*10 micro-dollars
+		{1, 0, 0, 3},                                  // 2.5 micro-dollars rounds to 3
+		{5, 9, 0, 6},                                  // cached beyond input is capped at input
+	}
+	for _, tt := range tests {
+		if got := p.CostMicros(tt.input, tt.cached, tt.output); got != tt.want {
+			t.Errorf("CostMicros(%d, %d, %d) = %d, want %d", tt.input, tt.cached, tt.output, got, tt.want)
+		}
+	}
+	// Without a cached price, cached tokens cost the input price.
+	if got := (Pricing{Input: 3}).CostMicros(10, 10, 0); got != 30 {
+		t.Errorf("no cached price: %d, want 30", got)
+	}
+	// Decimal prices are exact to the micro-dollar per million tokens.
+	if got := (Pricing{Input: 0.1, Output: 0.2}).CostMicros(10_000_000, 0, 10_000_000); got != 3_000_000 {
+		t.Errorf("0.1+0.2: %d, want 3000000", got)
 	}
 }

@@ -213,9 +213,15 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	go cache.Watch(runCtx, 0, func(err error) {
 		log.Warn("key database poll failed; key cache dropped", "component", "keys", "error", err)
 	})
+	rec, usageClosers, err := startUsage(ctx, opts.DataDir, 0, log.With("component", "usage"))
+	if err != nil {
+		return nil, err
+	}
+	c.closers = append(c.closers, usageClosers...)
 	m := ratelimit.NewMetrics()
 	c.metrics = m.WritePrometheus
 	eo := extproc.Options{Keys: cache, Metrics: m, InternalToken: opts.InternalToken,
+		Usage: usageSink{rec: rec}, Budgets: usageSink{rec: rec},
 		Logger: log.With("component", "extproc")}
 	if opts.RateLimit != "" {
 		rls, err := grpc.NewClient("passthrough:///"+opts.RateLimit, grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -37,6 +37,7 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/inprocgrpc"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
+	"github.com/switchyard-ai/switchyard/internal/usage"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
@@ -60,8 +61,12 @@ type Options struct {
 	// ListenOverride, when set, replaces the address of the first listener
 	// ("127.0.0.1:0" picks a free port).
 	ListenOverride string
-	// Usage, when set, is told every request's token usage.
+	// Usage, when set, is told every request's token usage, besides the
+	// usage store (Gateway.Usage).
 	Usage extproc.UsageRecorder
+	// UsageFlushInterval is how often counted usage is written to the
+	// usage store; usage.DefaultFlushInterval if 0.
+	UsageFlushInterval time.Duration
 	// SyncTimeout bounds the wait for the first xDS configuration.
 	SyncTimeout time.Duration
 
@@ -118,9 +123,12 @@ type Options struct {
 type Gateway struct {
 	Keys     *keys.SQLiteStore
 	KeyCache *keys.Cache
-	Control  *controlplane.Server
-	ExtProc  *extproc.Server
-	Data     *dataplane.DataPlane
+	// Usage counts every key's usage and spend (the usage store in the
+	// data directory) and reads it back.
+	Usage   *usage.Recorder
+	Control *controlplane.Server
+	ExtProc *extproc.Server
+	Data    *dataplane.DataPlane
 	// RateLimit is the embedded rate limit service; nil with RateLimitAddr.
 	RateLimit *ratelimit.Server
 	Metrics   *ratelimit.Metrics
@@ -194,6 +202,14 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	go g.KeyCache.Watch(runCtx, opts.KeyWatchInterval, func(err error) {
 		keyLog.Warn("key database poll failed; key cache dropped", "error", err)
 	})
+	// The usage store closes after extproc stops (closers run in reverse),
+	// so the usage of the last requests is written.
+	rec, usageClosers, err := startUsage(ctx, opts.DataDir, opts.UsageFlushInterval, log.With("component", "usage"))
+	if err != nil {
+		return nil, err
+	}
+	g.Usage = rec
+	g.closers = append(g.closers, usageClosers...)
 	g.Metrics = ratelimit.NewMetrics()
 	g.Requests = metrics.NewRequests()
 
@@ -266,7 +282,8 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	// extproc, configured by the control plane over RTDS.
 	g.ExtProc = extproc.New(extproc.Options{
 		Keys:          g.KeyCache,
-		Usage:         opts.Usage,
+		Usage:         usageSink{rec: g.Usage, also: opts.Usage},
+		Budgets:       usageSink{rec: g.Usage},
 		Limiter:       limiter,
 		Metrics:       g.Metrics,
 		InternalToken: token,
@@ -371,6 +388,7 @@ func startAdmin(g *Gateway, opts Options) error {
 		// The configuration in force, which the routing endpoints change.
 		Config:  g.Control.Config,
 		Routing: g.Control,
+		Usage:   g.Usage,
 		Metrics: func(w io.Writer) error {
 			if err := metrics.ReadBuild().WritePrometheus(w); err != nil {
 				return err

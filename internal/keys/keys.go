@@ -82,6 +82,25 @@ type Key struct {
 	RPM, TPM int64
 	// Models, when not empty, lists the only model ids the key may use.
 	Models []string
+	// MonthlyBudget, when positive, is what the key (its rotation chain)
+	// may spend in a calendar month (UTC), in micro-dollars; the gateway
+	// refuses its requests once it is spent. BudgetAlertRatio is the
+	// fraction of it past which a warning is logged (0:
+	// DefaultBudgetAlertRatio).
+	MonthlyBudget    int64
+	BudgetAlertRatio float64
+}
+
+// DefaultBudgetAlertRatio is the budget alert threshold of a key that sets
+// none.
+const DefaultBudgetAlertRatio = 0.8
+
+// AlertRatio is the key's budget alert threshold.
+func (k Key) AlertRatio() float64 {
+	if k.BudgetAlertRatio > 0 {
+		return k.BudgetAlertRatio
+	}
+	return DefaultBudgetAlertRatio
 }
 
 // Revoked reports whether the key has been revoked.
@@ -188,6 +207,10 @@ var migrations = []string{
 		BEGIN UPDATE key_changes SET version = version + 1 WHERE id = 1; END;
 	CREATE TRIGGER api_keys_delete AFTER DELETE ON api_keys
 		BEGIN UPDATE key_changes SET version = version + 1 WHERE id = 1; END;`,
+	// 3: monthly spend budgets (micro-dollars; NULL: none) and their alert
+	// threshold (NULL: the default).
+	`ALTER TABLE api_keys ADD COLUMN monthly_budget INTEGER;
+	ALTER TABLE api_keys ADD COLUMN budget_alert_ratio REAL;`,
 }
 
 // Close closes the database.
@@ -202,6 +225,9 @@ type Spec struct {
 	RPM, TPM int64
 	// Models, when not empty, is the key's model allow-list.
 	Models []string
+	// MonthlyBudget and BudgetAlertRatio: see Key.
+	MonthlyBudget    int64
+	BudgetAlertRatio float64
 }
 
 // Create issues a new key with the tier's limits and access to every model.
@@ -240,6 +266,9 @@ func insertKey(ctx context.Context, tx *sql.Tx, sp Spec, lineage string) (string
 	if err := validateLimits(sp.RPM, sp.TPM); err != nil {
 		return "", Key{}, err
 	}
+	if err := validateBudget(sp.MonthlyBudget, sp.BudgetAlertRatio); err != nil {
+		return "", Key{}, err
+	}
 	models, err := encodeModels(sp.Models)
 	if err != nil {
 		return "", Key{}, err
@@ -266,15 +295,18 @@ func insertKey(ctx context.Context, tx *sql.Tx, sp Spec, lineage string) (string
 		RPM:       sp.RPM,
 		TPM:       sp.TPM,
 		Models:    slices.Clone(sp.Models),
+
+		MonthlyBudget:    sp.MonthlyBudget,
+		BudgetAlertRatio: sp.BudgetAlertRatio,
 	}
 	if len(k.Models) == 0 {
 		k.Models = nil
 	}
 	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO api_keys (id, hash, prefix, name, tier, created_at, rpm, tpm, models, lineage)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		`INSERT INTO api_keys (id, hash, prefix, name, tier, created_at, rpm, tpm, models, lineage, monthly_budget, budget_alert_ratio)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, hex.EncodeToString(h[:]), k.Prefix, k.Name, k.Tier, now.UnixNano(),
-		nullInt(k.RPM), nullInt(k.TPM), models, nullString(lineage)); err != nil {
+		nullInt(k.RPM), nullInt(k.TPM), models, nullString(lineage), nullInt(k.MonthlyBudget), nullRatio(k.BudgetAlertRatio)); err != nil {
 		return "", Key{}, fmt.Errorf("keys: create: %w", err)
 	}
 	return secret, k, nil
@@ -335,6 +367,26 @@ func nullInt(v int64) any {
 	return v
 }
 
+func nullRatio(v float64) any {
+	if v <= 0 {
+		return nil
+	}
+	return v
+}
+
+// MaxMonthlyBudget bounds a budget: a billion dollars, in micro-dollars.
+const MaxMonthlyBudget = 1e9 * 1e6
+
+func validateBudget(budget int64, ratio float64) error {
+	if budget < 0 || budget > MaxMonthlyBudget {
+		return invalidf("keys: the monthly budget must be between 0 (none) and 1000000000 dollars")
+	}
+	if !(ratio >= 0 && ratio <= 1) {
+		return invalidf("keys: the budget alert ratio must be between 0 (the default, %g) and 1", DefaultBudgetAlertRatio)
+	}
+	return nil
+}
+
 func nullString(v string) any {
 	if v == "" {
 		return nil
@@ -344,7 +396,8 @@ func nullString(v string) any {
 
 // keyColumns is what every query that returns keys selects, in the order
 // scanKey reads.
-const keyColumns = `id, prefix, name, tier, created_at, revoked_at, expires_at, lineage, replaced_by, rpm, tpm, models`
+const keyColumns = `id, prefix, name, tier, created_at, revoked_at, expires_at, lineage, replaced_by, rpm, tpm, models,
+	monthly_budget, budget_alert_ratio`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -354,9 +407,11 @@ func scanKey(row scanner) (Key, error) {
 		created                     int64
 		revoked, expires, rpm, tpm  sql.NullInt64
 		lineage, replacedBy, models sql.NullString
+		budget                      sql.NullInt64
+		alertRatio                  sql.NullFloat64
 	)
 	if err := row.Scan(&k.ID, &k.Prefix, &k.Name, &k.Tier, &created, &revoked, &expires,
-		&lineage, &replacedBy, &rpm, &tpm, &models); err != nil {
+		&lineage, &replacedBy, &rpm, &tpm, &models, &budget, &alertRatio); err != nil {
 		return Key{}, err
 	}
 	k.CreatedAt = time.Unix(0, created).UTC()
@@ -368,6 +423,7 @@ func scanKey(row scanner) (Key, error) {
 	}
 	k.Lineage, k.ReplacedBy = lineage.String, replacedBy.String
 	k.RPM, k.TPM = rpm.Int64, tpm.Int64
+	k.MonthlyBudget, k.BudgetAlertRatio = budget.Int64, alertRatio.Float64
 	if models.Valid && models.String != "" {
 		if err := json.Unmarshal([]byte(models.String), &k.Models); err != nil {
 			return Key{}, fmt.Errorf("key %s: models: %w", k.ID, err)

@@ -50,7 +50,8 @@ func (s *SQLiteStore) Rotate(ctx context.Context, idOrSecret string, grace time.
 	case old.ReplacedBy != "":
 		return "", Key{}, invalidf("keys: rotate %s: already rotated; rotate its replacement %s", label, old.ReplacedBy)
 	}
-	secret, k, err = insertKey(ctx, tx, Spec{Name: old.Name, Tier: old.Tier, RPM: old.RPM, TPM: old.TPM, Models: old.Models}, old.LimitID())
+	secret, k, err = insertKey(ctx, tx, Spec{Name: old.Name, Tier: old.Tier, RPM: old.RPM, TPM: old.TPM, Models: old.Models,
+		MonthlyBudget: old.MonthlyBudget, BudgetAlertRatio: old.BudgetAlertRatio}, old.LimitID())
 	if err != nil {
 		return "", Key{}, err
 	}
@@ -79,6 +80,17 @@ func (s *SQLiteStore) SetTier(ctx context.Context, idOrSecret, tier string, rpm,
 	}
 	return s.updateChain(ctx, "set-tier", idOrSecret,
 		`tier = ?, rpm = ?, tpm = ?`, tier, nullInt(rpm), nullInt(tpm))
+}
+
+// SetBudget sets the monthly spend budget (micro-dollars; 0: none) and its
+// alert ratio (0: the default) of a key and its rotation chain. It returns
+// the updated key.
+func (s *SQLiteStore) SetBudget(ctx context.Context, idOrSecret string, budget int64, alertRatio float64) (Key, error) {
+	if err := validateBudget(budget, alertRatio); err != nil {
+		return Key{}, err
+	}
+	return s.updateChain(ctx, "set-budget", idOrSecret,
+		`monthly_budget = ?, budget_alert_ratio = ?`, nullInt(budget), nullRatio(alertRatio))
 }
 
 // SetModels replaces the model allow-list of a key (and its rotation chain);

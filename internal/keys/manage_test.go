@@ -3,6 +3,7 @@ package keys
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -164,4 +165,48 @@ func TestWatchWokenByNotifier(t *testing.T) {
 		_, err := c.Lookup(ctx, secret)
 		return errors.Is(err, ErrNotFound)
 	})
+}
+
+func TestBudget(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, t.TempDir())
+	secret, k, err := s.Issue(ctx, Spec{Name: "capped", Tier: "free", MonthlyBudget: 50_000_000, BudgetAlertRatio: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Lookup(ctx, secret); err != nil || !reflect.DeepEqual(got, k) || got.MonthlyBudget != 50_000_000 || got.AlertRatio() != 0.5 {
+		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, k)
+	}
+	// A rotation keeps the budget; SetBudget changes the whole chain.
+	_, next, err := s.Rotate(ctx, k.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.MonthlyBudget != 50_000_000 || next.BudgetAlertRatio != 0.5 {
+		t.Fatalf("rotated key %+v lost its budget", next)
+	}
+	if _, err := s.SetBudget(ctx, next.ID, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Get(ctx, k.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.MonthlyBudget != 7 || old.AlertRatio() != DefaultBudgetAlertRatio {
+		t.Fatalf("the old key of the chain: budget %d ratio %v, want 7 and the default", old.MonthlyBudget, old.AlertRatio())
+	}
+	if got, err := s.SetBudget(ctx, k.ID, 0, 0); err != nil || got.MonthlyBudget != 0 {
+		t.Fatalf("removing the budget: %+v, %v", got, err)
+	}
+	for _, tc := range []struct {
+		budget int64
+		ratio  float64
+	}{{-1, 0}, {MaxMonthlyBudget + 1, 0}, {1, 1.5}, {1, -0.1}} {
+		if _, err := s.SetBudget(ctx, k.ID, tc.budget, tc.ratio); !errors.Is(err, ErrInvalid) {
+			t.Errorf("SetBudget(%d, %v): %v, want ErrInvalid", tc.budget, tc.ratio, err)
+		}
+		if _, _, err := s.Issue(ctx, Spec{Name: "x", Tier: "free", MonthlyBudget: tc.budget, BudgetAlertRatio: tc.ratio}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Issue with budget %d ratio %v: %v, want ErrInvalid", tc.budget, tc.ratio, err)
+		}
+	}
 }
