@@ -160,8 +160,8 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		}
 		retriable := policy != nil && policy.retriable(a.kind, a.status)
 		if retriable && retries < policy.numRetries && ctx.Err() == nil {
-			s.log.Debug("upstream attempt failed; retrying", "cluster", member.name, "host", ep.addr,
-				"status", a.status, "failure", a.kind, "attempt", s.attempts)
+			s.log.Info("upstream attempt failed; retrying", "cluster", member.name, "host", ep.addr,
+				"status", a.status, "failure", a.kind, "attempt", s.attempts, "request_id", s.requestID, "error", a.err)
 			a.discard()
 			sel.attempted(ep, priority)
 			retries++
@@ -345,6 +345,13 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	}
 	switch {
 	case stream != nil:
+		// The body streams upstream while the response may already be
+		// coming back, as in Envoy. Without full duplex, net/http's HTTP/1.1
+		// server would drain and close the request body when the response
+		// head is written, under the transport still sending it; that
+		// write error closes the upstream connection mid-response.
+		// (HTTP/2 is always full duplex: ErrNotSupported.)
+		_ = s.rc.EnableFullDuplex()
 		req.ContentLength = -1
 		if cl, err := strconv.ParseInt(h.value("content-length"), 10, 64); err == nil {
 			req.ContentLength = cl

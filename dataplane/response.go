@@ -104,7 +104,7 @@ func (s *requestState) encodeBuffered(p *processor, resp *response, headersSent,
 	src := resp.reader()
 	buf, over, err := readUpTo(src, limit, resp.headers.contentLength())
 	if err != nil {
-		s.upstreamBodyFailed()
+		s.upstreamBodyFailed(err)
 		return
 	}
 	if over && !partial {
@@ -160,7 +160,7 @@ func (s *requestState) encodeStreamed(p *processor, resp *response) {
 		n, rerr := src.Read(*bufp)
 		eos := rerr == io.EOF
 		if rerr != nil && !eos {
-			s.upstreamBodyFailed()
+			s.upstreamBodyFailed(rerr)
 			return
 		}
 		chunk := (*bufp)[:n]
@@ -221,7 +221,7 @@ func (s *requestState) copyBody(src io.Reader) bool {
 			return true
 		}
 		if err != nil {
-			s.upstreamBodyFailed()
+			s.upstreamBodyFailed(err)
 			return false
 		}
 	}
@@ -378,8 +378,9 @@ func (s *requestState) processingFailed(err error) {
 
 // upstreamBodyFailed handles a failure while reading the upstream body: a
 // timeout before the response head went out is a 504; otherwise the
-// downstream stream is reset, as Envoy does.
-func (s *requestState) upstreamBodyFailed() {
+// downstream stream is reset, as Envoy does. Every reset is logged with its
+// cause (metadata only: the error, never body bytes).
+func (s *requestState) upstreamBodyFailed(err error) {
 	reason := s.abortReason()
 	if reason == "" {
 		reason = "upstream_reset_after_response_started"
@@ -388,6 +389,8 @@ func (s *requestState) upstreamBodyFailed() {
 			return
 		}
 	}
+	s.log.Warn("upstream response body failed", "reason", reason, "cluster", s.cluster, "upstream_host", s.upstreamHost,
+		"request_id", s.requestID, "bytes_sent", s.bytesSent, "error", err)
 	if !s.wroteHeader && reason != "upstream_reset_after_response_started" {
 		s.sendLocal(apierror.Server(http.StatusGatewayTimeout, reason, "The upstream did not respond in time."), reason)
 		return

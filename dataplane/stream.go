@@ -272,7 +272,7 @@ func (s *requestState) decode() (upstreamBody, bool) {
 	hasBody := s.r.Body != nil && s.r.Body != http.NoBody && s.r.ContentLength != 0
 	var out upstreamBody
 	if hasBody {
-		s.body = &idleBody{r: s.r.Body, rc: s.rc, d: s.lis.hcm.streamIdleTimeout,
+		s.body = &idleBody{r: s.r.Body, rc: s.rc, d: s.lis.hcm.streamIdleTimeout, remaining: s.r.ContentLength,
 			timedOut: &s.bodyTimedOut, complete: &s.requestComplete}
 		out.r = s.body
 	} else {
@@ -532,19 +532,44 @@ func (s *requestState) bodyLimit() int64 {
 
 // idleBody bounds each read of the request body by the stream idle timeout,
 // as Envoy's stream_idle_timeout does for a client that stops sending.
+//
+// A body of declared length ends (EOF) as soon as that many bytes were
+// read, without another read of the server's body. The upstream transport
+// reads once more after Content-Length bytes, looking for surplus; by then
+// the upstream may have answered and the handler finished, and net/http
+// closes the request body when a handler ends: that read would fail with
+// "invalid Read on closed Body", and the transport would close the pooled
+// upstream connection while the response body was still being read from it
+// (a stream cut mid-way, upstream_reset_after_response_started).
 type idleBody struct {
-	r        io.Reader
-	rc       *http.ResponseController
-	d        time.Duration
-	timedOut *atomic.Bool
-	complete *atomic.Bool
+	r  io.Reader
+	rc *http.ResponseController
+	d  time.Duration
+	// remaining is how much of a declared length is still to come; -1
+	// without a Content-Length (chunked, or HTTP/2 without one).
+	remaining int64
+	timedOut  *atomic.Bool
+	complete  *atomic.Bool
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
+	if b.remaining == 0 {
+		b.complete.Store(true)
+		return 0, io.EOF
+	}
+	if b.remaining > 0 && int64(len(p)) > b.remaining {
+		p = p[:b.remaining]
+	}
 	if b.d > 0 {
 		_ = b.rc.SetReadDeadline(time.Now().Add(b.d))
 	}
 	n, err := b.r.Read(p)
+	if b.remaining > 0 {
+		b.remaining -= int64(n)
+		if b.remaining == 0 && err == nil {
+			err = io.EOF
+		}
+	}
 	switch {
 	case err == io.EOF:
 		b.complete.Store(true)

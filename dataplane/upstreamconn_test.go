@@ -1,0 +1,135 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard-ai/switchyard/catalog"
+)
+
+// closedAfter is a request body as net/http's server hands it over: n
+// bytes, then EOF; once the handler has returned (closed is set), any read
+// fails as a closed *http.body does.
+type closedAfter struct {
+	r      io.Reader
+	closed *atomic.Bool
+}
+
+var errClosedBody = errors.New("http: invalid Read on closed Body")
+
+func (c *closedAfter) Read(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, errClosedBody
+	}
+	return c.r.Read(p)
+}
+
+// The upstream transport reads once more after the declared length; that
+// read must not reach the server's body, which the finished handler has
+// closed by then (a write error that closed the pooled upstream connection
+// under the next response).
+func TestIdleBodyEndsAtDeclaredLength(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		declared int64
+		body     string
+		wantErr  error // of the read after the body's bytes, once closed
+	}{
+		{name: "declared length", declared: 5, body: "hello", wantErr: io.EOF},
+		{name: "empty body declared", declared: 0, body: "", wantErr: io.EOF},
+		{name: "no declared length", declared: -1, body: "hello", wantErr: errClosedBody},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var closed, complete, timedOut atomic.Bool
+			b := &idleBody{r: &closedAfter{r: strings.NewReader(tc.body), closed: &closed},
+				remaining: tc.declared, complete: &complete, timedOut: &timedOut}
+			got, err := io.ReadAll(io.LimitReader(b, int64(len(tc.body))))
+			if err != nil || string(got) != tc.body {
+				t.Fatalf("read %q, %v", got, err)
+			}
+			closed.Store(true) // the handler returned
+			n, err := b.Read(make([]byte, 16))
+			if n != 0 || !errors.Is(err, tc.wantErr) {
+				t.Errorf("read after the body: %d, %v; want 0, %v", n, err, tc.wantErr)
+			}
+			if tc.declared >= 0 && !complete.Load() {
+				t.Error("the request is not marked complete")
+			}
+		})
+	}
+}
+
+// An upstream may answer before it has read the whole request body (it
+// streams events while the upload continues), as Envoy allows: the data
+// plane must keep forwarding the body after the response head went
+// downstream, not drain and close it under the transport.
+func TestUpstreamBodyFullDuplex(t *testing.T) {
+	e := newEnv(t)
+	const part1, part2 = "first-half;", "second-half"
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		_ = rc.EnableFullDuplex()
+		first := make([]byte, len(part1))
+		if _, err := io.ReadFull(r.Body, first); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(w, "data: got %s\n\n", first)
+		_ = rc.Flush()
+		rest, err := io.ReadAll(r.Body)
+		if err != nil {
+			fmt.Fprintf(w, "data: error %v\n\n", err)
+			return
+		}
+		fmt.Fprintf(w, "data: got %s\n\n", rest)
+	}))
+	t.Cleanup(up.Close)
+	if err := e.dp.Apply(context.Background(), buildResources(t, up.URL, resOpts{noExtProc: true})); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pr, pw := io.Pipe()
+	// A data plane that waits for the whole body before the response
+	// head goes out would deadlock with this client: end it then.
+	stop := context.AfterFunc(ctx, func() { _ = pw.CloseWithError(ctx.Err()) })
+	defer stop()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url("/v1/chat/completions"), pr)
+	req.ContentLength = int64(len(part1) + len(part2))
+	req.Header.Set(catalog.RouteHeader, testModel)
+	go func() { _, _ = io.WriteString(pw, part1) }()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: got "+part1+"\n" {
+		t.Fatalf("first event %q, %v", line, err)
+	}
+	// Only now does the client send the rest of its body.
+	go func() {
+		_, _ = io.WriteString(pw, part2)
+		_ = pw.Close()
+	}()
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("rest of the stream: %v", err)
+	}
+	if want := "\ndata: got " + part2 + "\n\n"; string(rest) != want {
+		t.Errorf("rest of the stream %q, want %q", rest, want)
+	}
+}
