@@ -259,6 +259,12 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		a.err = err
 		var ce *connectError
 		switch {
+		case s.bodyBad.Load() != nil:
+			// The client's body broke its framing: its 400, no retry, and
+			// not the host's fault.
+			a.done, a.resp = true, s.upstreamFailure(err)
+			a.discardProc()
+			acancel()
 		case timedOut.Load():
 			a.kind = failPerTryTimeout
 			c.report(ep, outcomeTimeout, time.Now(), s.log)

@@ -45,7 +45,7 @@ type requestState struct {
 	headersAt time.Time
 
 	headers    headerMap
-	body       io.Reader // the request body, bounded by the stream idle timeout
+	body       *idleBody // the request body, bounded by the stream idle timeout; nil without one
 	path       string    // downstream path without the query string
 	requestID  string
 	route      *route
@@ -60,6 +60,9 @@ type requestState struct {
 	// (which also cancels the request's context in net/http).
 	requestComplete atomic.Bool
 	bodyTimedOut    atomic.Bool
+	// bodyBad is set when the client's body broke its own framing: cut
+	// short of its Content-Length or its last chunk, or a malformed chunk.
+	bodyBad atomic.Pointer[apierror.Error]
 	idle            *idleTimer
 	cleanups        []func()
 
@@ -273,7 +276,7 @@ func (s *requestState) decode() (upstreamBody, bool) {
 	var out upstreamBody
 	if hasBody {
 		s.body = &idleBody{r: s.r.Body, rc: s.rc, d: s.lis.hcm.streamIdleTimeout, remaining: s.r.ContentLength,
-			timedOut: &s.bodyTimedOut, complete: &s.requestComplete}
+			timedOut: &s.bodyTimedOut, complete: &s.requestComplete, bad: &s.bodyBad, http2: s.r.ProtoMajor == 2}
 		out.r = s.body
 	} else {
 		s.requestComplete.Store(true)
@@ -334,6 +337,9 @@ func (s *requestState) decodeBuffered(p *processor, headersSent, partial bool) (
 			// ext_proc stream, so this reply cannot run through the filter
 			// as Envoy's would.
 			s.sendLocal(streamTimeout(), "stream_idle_timeout")
+			return upstreamBody{}, false
+		}
+		if s.badBody() {
 			return upstreamBody{}, false
 		}
 		s.detail = "downstream_remote_disconnect"
@@ -550,9 +556,25 @@ type idleBody struct {
 	remaining int64
 	timedOut  *atomic.Bool
 	complete  *atomic.Bool
+	bad       *atomic.Pointer[apierror.Error]
+	http2     bool
+	// mu is held during each read of the client's body (settle).
+	mu sync.Mutex
+}
+
+// settle waits for a read of the body in flight (the upstream transport's
+// or the STREAMED body's goroutine) to end. Call it only once the client's
+// side has ended: a read on a live connection may wait for the client.
+func (b *idleBody) settle() {
+	if b != nil {
+		b.mu.Lock()
+		b.mu.Unlock() //nolint:staticcheck // an empty critical section: wait for the reader
+	}
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.remaining == 0 {
 		b.complete.Store(true)
 		return 0, io.EOF
@@ -573,10 +595,54 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		b.complete.Store(true)
-	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		b.timedOut.Store(true)
+	default:
+		if e := badBodyError(err, b.http2); e != nil {
+			b.bad.CompareAndSwap(nil, e)
+		}
 	}
 	return n, err
+}
+
+// badBodyError classifies a failed read of the client's body: the client's
+// own framing error (a body cut short of its declared length or last chunk,
+// a malformed chunk) is a 400; a broken connection is nil (nobody to
+// answer). net/http reports HTTP/1.1 framing errors as plain errors and
+// io.ErrUnexpectedEOF, a dead connection as a net.Error.
+func badBodyError(err error, http2 bool) *apierror.Error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &apierror.Error{Status: http.StatusBadRequest, Code: "incomplete_request_body",
+			Message: "The request body ended before its declared length (Content-Length) or its last chunk."}
+	case errors.As(err, &ne), errors.Is(err, http.ErrBodyReadAfterClose), errors.Is(err, errRequestDone),
+		errors.Is(err, context.Canceled), errors.Is(err, http.ErrAbortHandler):
+		return nil
+	case http2:
+		// A reset stream; HTTP/2 framing errors never reach the handler.
+		return nil
+	}
+	return &apierror.Error{Status: http.StatusBadRequest, Code: "malformed_request_body",
+		Message: "The request body's framing is malformed (chunked transfer encoding)."}
+}
+
+// badBody answers a request whose body broke its framing with 400 and
+// reports whether it did. The connection closes after it: whatever follows
+// on it cannot be told apart from the broken body. The reply bypasses the
+// ext_proc filter (on HTTP/1.1 the cut-short body also ended the request's
+// context, and with it the processor's stream).
+func (s *requestState) badBody() bool {
+	e := s.bodyBad.Load()
+	if e == nil {
+		return false
+	}
+	if !s.wroteHeader {
+		s.w.Header().Set("Connection", "close")
+	}
+	s.sendLocal(e, "downstream_body_malformed")
+	return true
 }
 
 // streamTimeout is Envoy's reply to a request that stalls: 408.
