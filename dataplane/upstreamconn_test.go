@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-ai/switchyard/apierror"
 	"github.com/switchyard-ai/switchyard/catalog"
 )
 
@@ -50,8 +51,9 @@ func TestIdleBodyEndsAtDeclaredLength(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var closed, complete, timedOut atomic.Bool
+			var bad atomic.Pointer[apierror.Error]
 			b := &idleBody{r: &closedAfter{r: strings.NewReader(tc.body), closed: &closed},
-				remaining: tc.declared, complete: &complete, timedOut: &timedOut}
+				remaining: tc.declared, complete: &complete, timedOut: &timedOut, bad: &bad}
 			got, err := io.ReadAll(io.LimitReader(b, int64(len(tc.body))))
 			if err != nil || string(got) != tc.body {
 				t.Fatalf("read %q, %v", got, err)
