@@ -77,6 +77,10 @@ type DataPlane struct {
 	grpcMu    sync.Mutex
 	grpcConns map[string]*grpc.ClientConn
 
+	// framingToken marks the stand-ins of requests refused for their
+	// framing (framing.go).
+	framingToken string
+
 	// streamDone counts finished requests whose stream-done work (the
 	// ratelimit call, the access log) is still running (stream.go, finish).
 	streamDone sync.WaitGroup
@@ -100,6 +104,8 @@ func New(opts Options) *DataPlane {
 		hosts:      map[string]*hostHealth{},
 		listeners:  map[string]*listenerRuntime{},
 		grpcConns:  map[string]*grpc.ClientConn{},
+
+		framingToken: newFramingToken(),
 	}
 	d.cfg.Store(&snapshot{})
 	return d

@@ -62,9 +62,9 @@ type requestState struct {
 	bodyTimedOut    atomic.Bool
 	// bodyBad is set when the client's body broke its own framing: cut
 	// short of its Content-Length or its last chunk, or a malformed chunk.
-	bodyBad atomic.Pointer[apierror.Error]
-	idle            *idleTimer
-	cleanups        []func()
+	bodyBad  atomic.Pointer[apierror.Error]
+	idle     *idleTimer
+	cleanups []func()
 
 	// A STREAMED request body runs in its own goroutine; a failure there is
 	// answered by the request's goroutine.
@@ -88,6 +88,9 @@ type requestState struct {
 
 // serveHTTP is every listener's handler.
 func (d *DataPlane) serveHTTP(listener string, w http.ResponseWriter, r *http.Request) {
+	if d.refusedFraming(listener, w, r) {
+		return
+	}
 	cfg := d.cfg.Load()
 	lc := cfg.listeners[listener]
 	if lc == nil {

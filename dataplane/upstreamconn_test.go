@@ -3,11 +3,15 @@ package dataplane
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,5 +137,112 @@ func TestUpstreamBodyFullDuplex(t *testing.T) {
 	}
 	if want := "\ndata: got " + part2 + "\n\n"; string(rest) != want {
 		t.Errorf("rest of the stream %q, want %q", rest, want)
+	}
+}
+
+// rawRequests writes raw on one connection to the data plane and reads
+// want responses (then the connection's end, when closing).
+func rawRequests(t *testing.T, e *env, raw string, want int) ([]*http.Response, [][]byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", e.dp.Addr(testListener).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var resps []*http.Response
+	var bodies [][]byte
+	for range want {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", len(resps)+1, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("response %d body: %v", len(resps)+1, err)
+		}
+		resps, bodies = append(resps, resp), append(bodies, b)
+	}
+	return resps, bodies
+}
+
+func TestRequestFraming(t *testing.T) {
+	e := newEnv(t)
+	e.apply(resOpts{noExtProc: true})
+	ok := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + catalog.RouteHeader + ": " + testModel + "\r\nContent-Length: 4\r\n\r\nabcd"
+	okChunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n" + catalog.RouteHeader + ": " + testModel +
+		"\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nTrailer-A: x\r\n\r\n"
+	for _, tc := range []struct {
+		name   string
+		raw    string
+		status []int
+		code   string // of the last response
+	}{
+		{name: "keep-alive after length and chunked bodies", raw: ok + okChunked + ok, status: []int{200, 200, 200}},
+		{name: "content-length and transfer-encoding",
+			raw:    "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+			status: []int{400}, code: "invalid_request_framing"},
+		{name: "obs-fold",
+			raw:    "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nX-A: one\r\n two\r\nContent-Length: 0\r\n\r\n",
+			status: []int{400}, code: "invalid_request_framing"},
+		{name: "smuggling after a good request",
+			raw:    ok + "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\nGET /x HTTP/1.1\r\n\r\n",
+			status: []int{200, 400}, code: "invalid_request_framing"},
+		{name: "headers too large",
+			raw:    "GET /v1/models HTTP/1.1\r\nHost: gw\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n",
+			status: []int{431}, code: "request_header_fields_too_large"},
+		{name: "no host", raw: "GET /v1/models HTTP/1.1\r\n\r\n", status: []int{400}, code: "invalid_request"},
+		{name: "bad request line", raw: "NOT A REQUEST\r\n\r\n", status: []int{400}, code: "invalid_request"},
+		{name: "unsupported transfer-encoding",
+			raw:    "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\n\r\n",
+			status: []int{501}, code: "unsupported_transfer_encoding"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resps, bodies := rawRequests(t, e, tc.raw, len(tc.status))
+			for i, resp := range resps {
+				if resp.StatusCode != tc.status[i] {
+					t.Errorf("response %d: status %d, want %d (%q)", i+1, resp.StatusCode, tc.status[i], bodies[i])
+				}
+			}
+			if tc.code == "" {
+				return
+			}
+			last, body := resps[len(resps)-1], bodies[len(bodies)-1]
+			var eb struct {
+				Error struct {
+					Code, Type, Message string
+				}
+			}
+			if err := json.Unmarshal(body, &eb); err != nil || eb.Error.Code != tc.code || eb.Error.Message == "" ||
+				last.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("error body %q (%s), want code %s", body, last.Header.Get("Content-Type"), tc.code)
+			}
+			if !last.Close {
+				t.Error("the connection stays open after a framing error")
+			}
+		})
+	}
+	// Every refusal has its access log line with its status.
+	var statuses []int
+	e.logs.mu.Lock()
+	for _, r := range e.logs.records {
+		if r.Message == "access" {
+			r.Attrs(func(a slog.Attr) bool {
+				if a.Key == "status" {
+					statuses = append(statuses, int(a.Value.Int64()))
+				}
+				return true
+			})
+		}
+	}
+	e.logs.mu.Unlock()
+	for _, want := range []int{400, 431, 501} {
+		if !slices.Contains(statuses, want) {
+			t.Errorf("no access log line with status %d in %v", want, statuses)
+		}
 	}
 }

@@ -89,8 +89,9 @@ func accessLines(s *stack, path string) []map[string]any {
 }
 
 // A body that breaks its own framing (cut short of its Content-Length, a
-// malformed chunk) is the client's error: 400 in the OpenAI shape, with
-// that status in the access log, on every path family.
+// malformed chunk) or a request framed ambiguously (Content-Length with
+// Transfer-Encoding, folded header lines) is the client's error: 400 in the
+// OpenAI shape, with that status in the access log, on every path family.
 func TestMalformedBodiesAre400(t *testing.T) {
 	s := newStack(t, stackOptions{})
 	paths := []struct{ path, contentType string }{
@@ -111,6 +112,10 @@ func TestMalformedBodiesAre400(t *testing.T) {
 			body: "zz\r\n{\"model\":\"demo/chat\"}\r\n0\r\n\r\n", code: "malformed_request_body"},
 		{name: "chunked body cut short", framing: "Transfer-Encoding: chunked\r\n",
 			body: "40\r\n{\"model\":\"demo/chat\"", halfClose: true, code: "incomplete_request_body"},
+		{name: "content-length and transfer-encoding", framing: "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+			body: "0\r\n\r\n", code: "invalid_request_framing"},
+		{name: "obs-fold", framing: "X-Folded: one\r\n two\r\nContent-Length: 2\r\n",
+			body: "{}", code: "invalid_request_framing"},
 	}
 	for _, p := range paths {
 		for _, b := range bodies {
