@@ -133,7 +133,10 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 	if policy != nil && body.r != nil && !body.buffered {
 		// Envoy's router keeps the request body for retries up to the
 		// buffer limit; past it the request goes on without retries.
-		b, over, err := readUpTo(body.r, s.bodyLimit(), s.r.ContentLength)
+		b, over, err := s.readBody(body.r, s.bodyLimit(), s.r.ContentLength)
+		if errors.Is(err, errOverloaded) {
+			return s.localResponse(overloaded(), "overloaded")
+		}
 		if err != nil {
 			return s.upstreamFailure(err)
 		}
@@ -306,7 +309,10 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		if stream != nil && p.mode.reqBody != extprocfilterv3.ProcessingMode_NONE {
 			// The filter needs the whole body; a request the downstream
 			// filter streamed through is buffered here, within the limit.
-			b, over, err := readUpTo(stream, s.bodyLimit(), s.r.ContentLength)
+			b, over, err := s.readBody(stream, s.bodyLimit(), s.r.ContentLength)
+			if errors.Is(err, errOverloaded) {
+				return reply(localReply(overloaded()))
+			}
 			if err != nil {
 				return fail(err)
 			}

@@ -60,6 +60,11 @@ type requestState struct {
 	// (which also cancels the request's context in net/http).
 	requestComplete atomic.Bool
 	bodyTimedOut    atomic.Bool
+	// wholeBodyTimedOut: the body took longer than the request body
+	// timeout, not merely idle too long.
+	wholeBodyTimedOut atomic.Bool
+	// reserved is what the request holds of the bytes-in-flight cap.
+	reserved int64
 	// bodyBad is set when the client's body broke its own framing: cut
 	// short of its Content-Length or its last chunk, or a malformed chunk.
 	bodyBad  atomic.Pointer[apierror.Error]
@@ -160,6 +165,9 @@ func (s *requestState) run() {
 func (s *requestState) finish() {
 	s.end = time.Now()
 	s.upCancel()
+	if s.body != nil {
+		s.body.ended.Store(true)
+	}
 	for i := len(s.cleanups) - 1; i >= 0; i-- {
 		s.cleanups[i]()
 	}
@@ -279,7 +287,11 @@ func (s *requestState) decode() (upstreamBody, bool) {
 	var out upstreamBody
 	if hasBody {
 		s.body = &idleBody{r: s.r.Body, rc: s.rc, d: s.lis.hcm.streamIdleTimeout, remaining: s.r.ContentLength,
-			timedOut: &s.bodyTimedOut, complete: &s.requestComplete, bad: &s.bodyBad, http2: s.r.ProtoMajor == 2}
+			timedOut: &s.bodyTimedOut, complete: &s.requestComplete, bad: &s.bodyBad, http2: s.r.ProtoMajor == 2,
+			wholeTimedOut: &s.wholeBodyTimedOut}
+		if t := s.d.adm.bodyTimeout; t > 0 {
+			s.body.deadline = s.start.Add(t)
+		}
 		out.r = s.body
 	} else {
 		s.requestComplete.Store(true)
@@ -305,6 +317,10 @@ func (s *requestState) decode() (upstreamBody, bool) {
 			body, replaced, err := s.applyHeadersReply(p, &s.headers, common, true)
 			if err != nil {
 				s.processingFailed(err)
+				return out, false
+			}
+			// The key is known now, before any of the body is read.
+			if !s.admitKey() {
 				return out, false
 			}
 			if replaced {
@@ -333,13 +349,17 @@ func (s *requestState) decode() (upstreamBody, bool) {
 // sends the first limit bytes and streams the rest unprocessed.
 func (s *requestState) decodeBuffered(p *processor, headersSent, partial bool) (upstreamBody, bool) {
 	limit := s.bodyLimit()
-	buf, over, err := readUpTo(s.body, limit, s.r.ContentLength)
+	buf, over, err := s.readBody(s.body, limit, s.r.ContentLength)
 	if err != nil {
+		if errors.Is(err, errOverloaded) {
+			s.encode(s.localResponse(overloaded(), "overloaded"))
+			return upstreamBody{}, false
+		}
 		if s.bodyTimedOut.Load() {
 			// net/http has cancelled the request's context, and with it the
 			// ext_proc stream, so this reply cannot run through the filter
 			// as Envoy's would.
-			s.sendLocal(streamTimeout(), "stream_idle_timeout")
+			s.sendLocal(s.bodyTimeout())
 			return upstreamBody{}, false
 		}
 		if s.badBody() {
@@ -559,8 +579,16 @@ type idleBody struct {
 	remaining int64
 	timedOut  *atomic.Bool
 	complete  *atomic.Bool
-	bad       *atomic.Pointer[apierror.Error]
-	http2     bool
+	// deadline, when set, ends the whole body (the request body timeout);
+	// wholeTimedOut records that it, not the idle timeout, struck.
+	deadline      time.Time
+	wholeTimedOut *atomic.Bool
+	bad           *atomic.Pointer[apierror.Error]
+	http2         bool
+	// ended is set when the request's handler is done: a late read (the
+	// upstream transport's) must not touch the connection, which may be
+	// reading the next request by then.
+	ended atomic.Bool
 	// mu is held during each read of the client's body (settle).
 	mu sync.Mutex
 }
@@ -579,14 +607,22 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.remaining == 0 {
-		b.complete.Store(true)
+		b.done()
 		return 0, io.EOF
 	}
 	if b.remaining > 0 && int64(len(p)) > b.remaining {
 		p = p[:b.remaining]
 	}
-	if b.d > 0 {
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.d))
+	if b.ended.Load() {
+		return 0, errRequestDone
+	}
+	whole := false
+	if b.d > 0 || !b.deadline.IsZero() {
+		dl := time.Now().Add(b.d)
+		if !b.deadline.IsZero() && (b.d <= 0 || b.deadline.Before(dl)) {
+			dl, whole = b.deadline, true
+		}
+		_ = b.rc.SetReadDeadline(dl)
 	}
 	n, err := b.r.Read(p)
 	if b.remaining > 0 {
@@ -597,9 +633,12 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	}
 	switch {
 	case err == io.EOF:
-		b.complete.Store(true)
+		b.done()
 	case err == nil:
 	case errors.Is(err, os.ErrDeadlineExceeded):
+		if whole && b.wholeTimedOut != nil {
+			b.wholeTimedOut.Store(true)
+		}
 		b.timedOut.Store(true)
 	default:
 		if e := badBodyError(err, b.http2); e != nil {
@@ -608,6 +647,10 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// done marks the body complete. (The read deadline needs no lifting:
+// net/http clears it when it starts its background read at the body's end.)
+func (b *idleBody) done() { b.complete.Store(true) }
 
 // badBodyError classifies a failed read of the client's body: the client's
 // own framing error (a body cut short of its declared length or last chunk,
@@ -646,6 +689,16 @@ func (s *requestState) badBody() bool {
 	}
 	s.sendLocal(e, "downstream_body_malformed")
 	return true
+}
+
+// bodyTimeout is the 408 for a body that did not arrive in time, and its
+// response detail.
+func (s *requestState) bodyTimeout() (*apierror.Error, string) {
+	if s.wholeBodyTimedOut.Load() {
+		return &apierror.Error{Status: http.StatusRequestTimeout, Code: "request_body_timeout",
+			Message: "The request body was not received within the gateway's request body timeout."}, "request_body_timeout"
+	}
+	return streamTimeout(), "stream_idle_timeout"
 }
 
 // streamTimeout is Envoy's reply to a request that stalls: 408.

@@ -408,7 +408,7 @@ func (s *requestState) upstreamFailure(err error) *response {
 	case s.bodyTimedOut.Load():
 		// The client stalled: net/http has cancelled the request's context
 		// (and the ext_proc stream), so the reply bypasses the filter.
-		s.sendLocal(streamTimeout(), "stream_idle_timeout")
+		s.sendLocal(s.bodyTimeout())
 		return nil
 	case reason == "stream_idle_timeout" && !s.requestComplete.Load():
 		// Envoy: 408 while the request is incomplete, 504 after.
