@@ -19,6 +19,9 @@ func TestDefaultIsValid(t *testing.T) {
 	if c.Limits.MaxRequestBodyBytes != 32<<20 {
 		t.Errorf("max body = %d", c.Limits.MaxRequestBodyBytes)
 	}
+	if l := c.Limits; l.RequestBodyTimeout != DefaultRequestBodyTimeout || l.MaxConcurrentRequestsPerKey != 64 || l.MaxRequestBytesInFlight != 256<<20 {
+		t.Errorf("admission limits = %+v", l)
+	}
 }
 
 const good = `listeners:
@@ -55,6 +58,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"bad region", [2]string{"kind: openai", "kind: openai\n    region: mars"}, []string{"test.yaml:7:", "providers[0].region"}},
 		{"wrong type", [2]string{"- id: acme/m1", "- id: acme/m1\n    context_window: lots"}, []string{"line 10", "lots"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
+		{"bytes in flight below one body", [2]string{"models:", "limits: {max_request_body_bytes: 2048, max_request_bytes_in_flight: 1024}\nmodels:"}, []string{"limits.max_request_bytes_in_flight", "at least max_request_body_bytes"}},
+		{"per-key cap below 1", [2]string{"models:", "limits: {max_concurrent_requests_per_key: -3}\nmodels:"}, []string{"limits.max_concurrent_requests_per_key"}},
+		{"tiny body timeout", [2]string{"models:", "limits: {request_body_timeout: 10ms}\nmodels:"}, []string{"limits.request_body_timeout", "1s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
