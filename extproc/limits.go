@@ -54,6 +54,7 @@ type limiter struct {
 	metrics *ratelimit.Metrics
 	tiers   atomic.Pointer[map[string]config.Tier]
 	errLog  throttle
+	over    overLimit // keys refused until their window resets (overlimit.go)
 }
 
 // setTiers is called with every catalog extproc accepts.
@@ -163,6 +164,7 @@ func (st *stream) tooMany(typ, what string, limit, used, requested int64, s *rls
 			what, st.key.ID, limit, used, requested, time.Duration(wait)*time.Second),
 	}
 	st.srv.log.Info("extproc: rate limited", "request_id", st.requestID, "key_id", st.key.ID, "tier", st.key.Tier, "type", typ)
+	st.rememberOverLimit(typ, what, limit, used, wait)
 	return immediateWith(e, st.limits.headers)
 }
 
