@@ -27,6 +27,8 @@ func liveYAML(serving ...string) func(base, keyEnv map[string]string) string {
 		return fmt.Sprintf(`
 region: us
 listeners: [{name: public, address: 127.0.0.1:18080}]
+# 200 clients share one key here.
+limits: {max_concurrent_requests_per_key: 1000}
 providers:
   - {name: a, kind: openai, base_url: %q, api_key_env: %s, forward_headers: [x-fake-delay-ms]}
   - {name: b, kind: openai, base_url: %q, api_key_env: %s, forward_headers: [x-fake-delay-ms]}

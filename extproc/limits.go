@@ -59,6 +59,7 @@ type limiter struct {
 	// tokens of a window cannot each pass the check and then all be
 	// counted (admitBatchLine).
 	batchLocks [64]sync.Mutex
+	over       overLimit // keys refused until their window resets (overlimit.go)
 }
 
 // setTiers is called with every catalog extproc accepts.
@@ -306,6 +307,7 @@ func (st *stream) tooMany(typ, what string, limit, used, requested int64, s *rls
 			what, st.key.ID, limit, used, requested, time.Duration(wait)*time.Second),
 	}
 	st.srv.log.Info("extproc: rate limited", "request_id", st.requestID, "key_id", st.key.ID, "tier", st.key.Tier, "type", typ)
+	st.rememberOverLimit(typ, what, limit, used, wait)
 	return immediateWith(e, st.limits.headers)
 }
 

@@ -143,6 +143,12 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 		st.op = opNone
 		return immediate(apierror.InvalidJSON()) // no body at all
 	}
+	// A key known to be over a per-minute limit is refused before its
+	// body is read and held (overlimit.go).
+	if resp := st.refuseOverLimit(); resp != nil {
+		st.op = opNone
+		return resp
+	}
 	// Providers must answer uncompressed, or usage cannot be read from the
 	// response (the OpenAI SDKs send accept-encoding: gzip).
 	return newHeadersReply(removing(removeAuthEncoding, internal), md)

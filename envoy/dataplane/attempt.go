@@ -136,7 +136,10 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 	if policy != nil && body.r != nil && !body.buffered {
 		// Envoy's router keeps the request body for retries up to the
 		// buffer limit; past it the request goes on without retries.
-		b, over, err := readUpTo(body.r, s.bodyLimit(), s.r.ContentLength)
+		b, over, err := s.readBody(body.r, s.bodyLimit(), s.r.ContentLength)
+		if errors.Is(err, errOverloaded) {
+			return s.localResponse(overloaded(), "overloaded")
+		}
 		if err != nil {
 			return s.upstreamFailure(err)
 		}
@@ -163,8 +166,8 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		}
 		retriable := policy != nil && policy.retriable(a.kind, a.status)
 		if retriable && retries < policy.numRetries && ctx.Err() == nil {
-			s.log.Debug("upstream attempt failed; retrying", "cluster", member.name, "host", ep.addr,
-				"status", a.status, "failure", a.kind, "attempt", s.attempts)
+			s.log.Info("upstream attempt failed; retrying", "cluster", member.name, "host", ep.addr,
+				"status", a.status, "failure", a.kind, "attempt", s.attempts, "request_id", s.requestID, "error", a.err)
 			a.discard()
 			sel.attempted(ep, priority)
 			retries++
@@ -262,6 +265,12 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		a.err = err
 		var ce *connectError
 		switch {
+		case s.bodyBad.Load() != nil:
+			// The client's body broke its framing: its 400, no retry, and
+			// not the host's fault.
+			a.done, a.resp = true, s.upstreamFailure(err)
+			a.discardProc()
+			acancel()
 		case timedOut.Load():
 			a.kind = failPerTryTimeout
 			c.report(ep, outcomeTimeout, time.Now(), s.log)
@@ -306,7 +315,10 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		if stream != nil && p.mode.reqBody != extprocfilterv3.ProcessingMode_NONE {
 			// The filter needs the whole body; a request the downstream
 			// filter streamed through is buffered here, within the limit.
-			b, over, err := readUpTo(stream, s.bodyLimit(), s.r.ContentLength)
+			b, over, err := s.readBody(stream, s.bodyLimit(), s.r.ContentLength)
+			if errors.Is(err, errOverloaded) {
+				return reply(localReply(overloaded()))
+			}
 			if err != nil {
 				return fail(err)
 			}
@@ -351,6 +363,13 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	}
 	switch {
 	case stream != nil:
+		// The body streams upstream while the response may already be
+		// coming back, as in Envoy. Without full duplex, net/http's HTTP/1.1
+		// server would drain and close the request body when the response
+		// head is written, under the transport still sending it; that
+		// write error closes the upstream connection mid-response.
+		// (HTTP/2 is always full duplex: ErrNotSupported.)
+		_ = s.rc.EnableFullDuplex()
 		req.ContentLength = -1
 		if cl, err := strconv.ParseInt(h.value("content-length"), 10, 64); err == nil {
 			req.ContentLength = cl

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -44,6 +45,21 @@ type Options struct {
 	// Metrics, if not nil, records every finished request (the Go data
 	// plane's performance monitoring; Envoy exports its own statistics).
 	Metrics *metrics.Requests
+	// RequestBodyTimeout bounds the time a client may take to send a whole
+	// request body, from the request's start (Envoy's request_timeout):
+	// past it the request gets 408. Zero: DefaultRequestBodyTimeout;
+	// negative: no bound (the stream idle timeout still applies).
+	RequestBodyTimeout time.Duration
+	// MaxRequestsPerKey caps the requests one API key has in flight at
+	// once (counted from its authentication in the request headers phase):
+	// past it a request gets 429 with retry-after. Zero:
+	// DefaultMaxRequestsPerKey; negative: no cap.
+	MaxRequestsPerKey int
+	// MaxBodyBytesInFlight caps the bytes of request bodies the data plane
+	// holds at once across all requests (bodies buffered for ext_proc and
+	// for retries): past it a request gets 503 with retry-after before its
+	// body is read. Zero: DefaultMaxBodyBytesInFlight; negative: no cap.
+	MaxBodyBytesInFlight int64
 	// Region is the data plane's home region, which it announces in its
 	// xDS node's locality (Node): the control plane serves each region the
 	// snapshot whose failover order starts in that region. Empty: no
@@ -77,6 +93,11 @@ type DataPlane struct {
 	grpcMu    sync.Mutex
 	grpcConns map[string]*grpc.ClientConn
 
+	// framingToken marks the stand-ins of requests refused for their
+	// framing (framing.go).
+	framingToken string
+	adm          *admission
+
 	// streamDone counts finished requests whose stream-done work (the
 	// ratelimit call, the access log) is still running (stream.go, finish).
 	streamDone sync.WaitGroup
@@ -107,6 +128,9 @@ func New(opts Options) *DataPlane {
 		hosts:      map[string]*hostHealth{},
 		listeners:  map[string]*listenerRuntime{},
 		grpcConns:  map[string]*grpc.ClientConn{},
+
+		framingToken: newFramingToken(),
+		adm:          newAdmission(opts),
 	}
 	d.stopping, d.stopInFlight = context.WithCancel(context.Background())
 	d.cfg.Store(&snapshot{})

@@ -497,6 +497,18 @@ const (
 	failPerTryTimeout
 )
 
+func (k failKind) String() string {
+	switch k {
+	case failConnect:
+		return "connect_failure"
+	case failReset:
+		return "reset"
+	case failPerTryTimeout:
+		return "per_try_timeout"
+	}
+	return "none"
+}
+
 // retriable reports whether the policy retries an attempt that failed with
 // kind, or answered status.
 func (p *retryPolicy) retriable(kind failKind, status int) bool {

@@ -78,11 +78,14 @@ func (l *listenerRuntime) serve(d *DataPlane, lc *listenerConfig) {
 		IdleTimeout:       hcm.connIdleTimeout,
 		MaxHeaderBytes:    hcm.maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
+		ConnContext:       framingConnContext,
+		ConnState:         framingConnState,
 	}
 	srv := l.srv
+	sl := &switchListener{Listener: l.ln, tls: &l.tls, d: d, name: name, maxHeaderBytes: hcm.maxHeaderBytes}
 	go func() {
 		defer close(l.done)
-		err := srv.Serve(&switchListener{Listener: l.ln, tls: &l.tls})
+		err := srv.Serve(sl)
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("listener stopped", "listener", name, "error", err)
 		}
@@ -135,7 +138,10 @@ func (l *listenerRuntime) drain(ctx context.Context, stop context.CancelFunc) bo
 // on a *tls.Conn by ALPN.
 type switchListener struct {
 	net.Listener
-	tls *atomic.Pointer[tls.Config]
+	tls            *atomic.Pointer[tls.Config]
+	d              *DataPlane
+	name           string
+	maxHeaderBytes int
 }
 
 func (l *switchListener) Accept() (net.Conn, error) {
@@ -146,5 +152,6 @@ func (l *switchListener) Accept() (net.Conn, error) {
 	if cfg := l.tls.Load(); cfg != nil {
 		return tls.Server(c, cfg), nil
 	}
-	return c, nil
+	// Clear text: net/http reads through the framing checks (framing.go).
+	return newFramingConn(c, l.d, l.name, l.d.framingToken, l.maxHeaderBytes), nil
 }

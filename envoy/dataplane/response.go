@@ -107,7 +107,7 @@ func (s *requestState) encodeBuffered(p *processor, resp *response, headersSent,
 	src := resp.reader()
 	buf, over, err := readUpTo(src, limit, resp.headers.contentLength())
 	if err != nil {
-		s.upstreamBodyFailed()
+		s.upstreamBodyFailed(err)
 		return
 	}
 	if over && !partial {
@@ -163,7 +163,7 @@ func (s *requestState) encodeStreamed(p *processor, resp *response) {
 		n, rerr := src.Read(*bufp)
 		eos := rerr == io.EOF
 		if rerr != nil && !eos {
-			s.upstreamBodyFailed()
+			s.upstreamBodyFailed(rerr)
 			return
 		}
 		chunk := (*bufp)[:n]
@@ -224,7 +224,7 @@ func (s *requestState) copyBody(src io.Reader) bool {
 			return true
 		}
 		if err != nil {
-			s.upstreamBodyFailed()
+			s.upstreamBodyFailed(err)
 			return false
 		}
 	}
@@ -385,8 +385,9 @@ func (s *requestState) processingFailed(err error) {
 
 // upstreamBodyFailed handles a failure while reading the upstream body: a
 // timeout before the response head went out is a 504; otherwise the
-// downstream stream is reset, as Envoy does.
-func (s *requestState) upstreamBodyFailed() {
+// downstream stream is reset, as Envoy does. Every reset is logged with its
+// cause (metadata only: the error, never body bytes).
+func (s *requestState) upstreamBodyFailed(err error) {
 	reason := s.abortReason()
 	if reason == "" {
 		reason = "upstream_reset_after_response_started"
@@ -395,6 +396,8 @@ func (s *requestState) upstreamBodyFailed() {
 			return
 		}
 	}
+	s.log.Warn("upstream response body failed", "reason", reason, "cluster", s.cluster, "upstream_host", s.upstreamHost,
+		"request_id", s.requestID, "bytes_sent", s.bytesSent, "error", err)
 	if !s.wroteHeader && reason == "gateway_shutdown" {
 		s.sendLocal(errShuttingDown, reason)
 		return

@@ -45,7 +45,7 @@ type requestState struct {
 	headersAt time.Time
 
 	headers    headerMap
-	body       io.Reader // the request body, bounded by the stream idle timeout
+	body       *idleBody // the request body, bounded by the stream idle timeout; nil without one
 	path       string    // downstream path without the query string
 	requestID  string
 	route      *route
@@ -60,8 +60,16 @@ type requestState struct {
 	// (which also cancels the request's context in net/http).
 	requestComplete atomic.Bool
 	bodyTimedOut    atomic.Bool
-	idle            *idleTimer
-	cleanups        []func()
+	// wholeBodyTimedOut: the body took longer than the request body
+	// timeout, not merely idle too long.
+	wholeBodyTimedOut atomic.Bool
+	// reserved is what the request holds of the bytes-in-flight cap.
+	reserved int64
+	// bodyBad is set when the client's body broke its own framing: cut
+	// short of its Content-Length or its last chunk, or a malformed chunk.
+	bodyBad  atomic.Pointer[apierror.Error]
+	idle     *idleTimer
+	cleanups []func()
 
 	// A STREAMED request body runs in its own goroutine; a failure there is
 	// answered by the request's goroutine.
@@ -91,6 +99,9 @@ type requestState struct {
 
 // serveHTTP is every listener's handler.
 func (d *DataPlane) serveHTTP(listener string, w http.ResponseWriter, r *http.Request) {
+	if d.refusedFraming(listener, w, r) {
+		return
+	}
 	cfg := d.cfg.Load()
 	lc := cfg.listeners[listener]
 	if lc == nil {
@@ -160,6 +171,9 @@ func (s *requestState) run() {
 func (s *requestState) finish() {
 	s.end = time.Now()
 	s.upCancel()
+	if s.body != nil {
+		s.body.ended.Store(true)
+	}
 	for i := len(s.cleanups) - 1; i >= 0; i-- {
 		s.cleanups[i]()
 	}
@@ -278,8 +292,12 @@ func (s *requestState) decode() (upstreamBody, bool) {
 	hasBody := s.r.Body != nil && s.r.Body != http.NoBody && s.r.ContentLength != 0
 	var out upstreamBody
 	if hasBody {
-		s.body = &idleBody{r: s.r.Body, rc: s.rc, d: s.lis.hcm.streamIdleTimeout,
-			timedOut: &s.bodyTimedOut, complete: &s.requestComplete}
+		s.body = &idleBody{r: s.r.Body, rc: s.rc, d: s.lis.hcm.streamIdleTimeout, remaining: s.r.ContentLength,
+			timedOut: &s.bodyTimedOut, complete: &s.requestComplete, bad: &s.bodyBad, http2: s.r.ProtoMajor == 2,
+			wholeTimedOut: &s.wholeBodyTimedOut}
+		if t := s.d.adm.bodyTimeout; t > 0 {
+			s.body.deadline = s.start.Add(t)
+		}
 		out.r = s.body
 	} else {
 		s.requestComplete.Store(true)
@@ -305,6 +323,10 @@ func (s *requestState) decode() (upstreamBody, bool) {
 			body, replaced, err := s.applyHeadersReply(p, &s.headers, common, true)
 			if err != nil {
 				s.processingFailed(err)
+				return out, false
+			}
+			// The key is known now, before any of the body is read.
+			if !s.admitKey() {
 				return out, false
 			}
 			if replaced {
@@ -333,13 +355,20 @@ func (s *requestState) decode() (upstreamBody, bool) {
 // sends the first limit bytes and streams the rest unprocessed.
 func (s *requestState) decodeBuffered(p *processor, headersSent, partial bool) (upstreamBody, bool) {
 	limit := s.bodyLimit()
-	buf, over, err := readUpTo(s.body, limit, s.r.ContentLength)
+	buf, over, err := s.readBody(s.body, limit, s.r.ContentLength)
 	if err != nil {
+		if errors.Is(err, errOverloaded) {
+			s.encode(s.localResponse(overloaded(), "overloaded"))
+			return upstreamBody{}, false
+		}
 		if s.bodyTimedOut.Load() {
 			// net/http has cancelled the request's context, and with it the
 			// ext_proc stream, so this reply cannot run through the filter
 			// as Envoy's would.
-			s.sendLocal(streamTimeout(), "stream_idle_timeout")
+			s.sendLocal(s.bodyTimeout())
+			return upstreamBody{}, false
+		}
+		if s.badBody() {
 			return upstreamBody{}, false
 		}
 		s.detail = "downstream_remote_disconnect"
@@ -538,26 +567,144 @@ func (s *requestState) bodyLimit() int64 {
 
 // idleBody bounds each read of the request body by the stream idle timeout,
 // as Envoy's stream_idle_timeout does for a client that stops sending.
+//
+// A body of declared length ends (EOF) as soon as that many bytes were
+// read, without another read of the server's body. The upstream transport
+// reads once more after Content-Length bytes, looking for surplus; by then
+// the upstream may have answered and the handler finished, and net/http
+// closes the request body when a handler ends: that read would fail with
+// "invalid Read on closed Body", and the transport would close the pooled
+// upstream connection while the response body was still being read from it
+// (a stream cut mid-way, upstream_reset_after_response_started).
 type idleBody struct {
-	r        io.Reader
-	rc       *http.ResponseController
-	d        time.Duration
-	timedOut *atomic.Bool
-	complete *atomic.Bool
+	r  io.Reader
+	rc *http.ResponseController
+	d  time.Duration
+	// remaining is how much of a declared length is still to come; -1
+	// without a Content-Length (chunked, or HTTP/2 without one).
+	remaining int64
+	timedOut  *atomic.Bool
+	complete  *atomic.Bool
+	// deadline, when set, ends the whole body (the request body timeout);
+	// wholeTimedOut records that it, not the idle timeout, struck.
+	deadline      time.Time
+	wholeTimedOut *atomic.Bool
+	bad           *atomic.Pointer[apierror.Error]
+	http2         bool
+	// ended is set when the request's handler is done: a late read (the
+	// upstream transport's) must not touch the connection, which may be
+	// reading the next request by then.
+	ended atomic.Bool
+	// mu is held during each read of the client's body (settle).
+	mu sync.Mutex
+}
+
+// settle waits for a read of the body in flight (the upstream transport's
+// or the STREAMED body's goroutine) to end. Call it only once the client's
+// side has ended: a read on a live connection may wait for the client.
+func (b *idleBody) settle() {
+	if b != nil {
+		b.mu.Lock()
+		b.mu.Unlock() //nolint:staticcheck // an empty critical section: wait for the reader
+	}
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
-	if b.d > 0 {
-		_ = b.rc.SetReadDeadline(time.Now().Add(b.d))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.remaining == 0 {
+		b.done()
+		return 0, io.EOF
+	}
+	if b.remaining > 0 && int64(len(p)) > b.remaining {
+		p = p[:b.remaining]
+	}
+	if b.ended.Load() {
+		return 0, errRequestDone
+	}
+	whole := false
+	if b.d > 0 || !b.deadline.IsZero() {
+		dl := time.Now().Add(b.d)
+		if !b.deadline.IsZero() && (b.d <= 0 || b.deadline.Before(dl)) {
+			dl, whole = b.deadline, true
+		}
+		_ = b.rc.SetReadDeadline(dl)
 	}
 	n, err := b.r.Read(p)
+	if b.remaining > 0 {
+		b.remaining -= int64(n)
+		if b.remaining == 0 && err == nil {
+			err = io.EOF
+		}
+	}
 	switch {
 	case err == io.EOF:
-		b.complete.Store(true)
-	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		b.done()
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if whole && b.wholeTimedOut != nil {
+			b.wholeTimedOut.Store(true)
+		}
 		b.timedOut.Store(true)
+	default:
+		if e := badBodyError(err, b.http2); e != nil {
+			b.bad.CompareAndSwap(nil, e)
+		}
 	}
 	return n, err
+}
+
+// done marks the body complete. (The read deadline needs no lifting:
+// net/http clears it when it starts its background read at the body's end.)
+func (b *idleBody) done() { b.complete.Store(true) }
+
+// badBodyError classifies a failed read of the client's body: the client's
+// own framing error (a body cut short of its declared length or last chunk,
+// a malformed chunk) is a 400; a broken connection is nil (nobody to
+// answer). net/http reports HTTP/1.1 framing errors as plain errors and
+// io.ErrUnexpectedEOF, a dead connection as a net.Error.
+func badBodyError(err error, http2 bool) *apierror.Error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &apierror.Error{Status: http.StatusBadRequest, Code: "incomplete_request_body",
+			Message: "The request body ended before its declared length (Content-Length) or its last chunk."}
+	case errors.As(err, &ne), errors.Is(err, http.ErrBodyReadAfterClose), errors.Is(err, errRequestDone),
+		errors.Is(err, context.Canceled), errors.Is(err, http.ErrAbortHandler):
+		return nil
+	case http2:
+		// A reset stream; HTTP/2 framing errors never reach the handler.
+		return nil
+	}
+	return &apierror.Error{Status: http.StatusBadRequest, Code: "malformed_request_body",
+		Message: "The request body's framing is malformed (chunked transfer encoding)."}
+}
+
+// badBody answers a request whose body broke its framing with 400 and
+// reports whether it did. The connection closes after it: whatever follows
+// on it cannot be told apart from the broken body. The reply bypasses the
+// ext_proc filter (on HTTP/1.1 the cut-short body also ended the request's
+// context, and with it the processor's stream).
+func (s *requestState) badBody() bool {
+	e := s.bodyBad.Load()
+	if e == nil {
+		return false
+	}
+	if !s.wroteHeader {
+		s.w.Header().Set("Connection", "close")
+	}
+	s.sendLocal(e, "downstream_body_malformed")
+	return true
+}
+
+// bodyTimeout is the 408 for a body that did not arrive in time, and its
+// response detail.
+func (s *requestState) bodyTimeout() (*apierror.Error, string) {
+	if s.wholeBodyTimedOut.Load() {
+		return &apierror.Error{Status: http.StatusRequestTimeout, Code: "request_body_timeout",
+			Message: "The request body was not received within the gateway's request body timeout."}, "request_body_timeout"
+	}
+	return streamTimeout(), "stream_idle_timeout"
 }
 
 // streamTimeout is Envoy's reply to a request that stalls: 408.

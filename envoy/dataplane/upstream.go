@@ -399,11 +399,18 @@ func (s *requestState) finalizeResponseHeaders(h *headerMap, rt *route) {
 // upstreamFailure maps a failed round trip to Envoy's local reply.
 func (s *requestState) upstreamFailure(err error) *response {
 	var ce *connectError
+	if s.r.Context().Err() != nil {
+		// On HTTP/1.1 a body cut short also ends the request's context,
+		// possibly before the body's reader has recorded why.
+		s.body.settle()
+	}
 	switch reason := s.abortReason(); {
+	case s.badBody():
+		return nil
 	case s.bodyTimedOut.Load():
 		// The client stalled: net/http has cancelled the request's context
 		// (and the ext_proc stream), so the reply bypasses the filter.
-		s.sendLocal(streamTimeout(), "stream_idle_timeout")
+		s.sendLocal(s.bodyTimeout())
 		return nil
 	case reason == "stream_idle_timeout" && !s.requestComplete.Load():
 		// Envoy: 408 while the request is incomplete, 504 after.

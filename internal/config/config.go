@@ -88,6 +88,17 @@ type Limits struct {
 	// models' first_byte_timeout and idle_timeout.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout" json:"first_byte_timeout,omitempty"`
 	ModelIdleTimeout time.Duration `yaml:"model_idle_timeout" json:"model_idle_timeout,omitempty"`
+	// RequestBodyTimeout bounds how long a client may take to send a
+	// whole request body (408 past it); a client trickling its body
+	// otherwise holds its connection for as long as it keeps trickling.
+	RequestBodyTimeout time.Duration `yaml:"request_body_timeout" json:"request_body_timeout,omitempty"`
+	// MaxConcurrentRequestsPerKey caps one API key's requests in flight
+	// (429 with retry-after past it).
+	MaxConcurrentRequestsPerKey int `yaml:"max_concurrent_requests_per_key" json:"max_concurrent_requests_per_key,omitempty"`
+	// MaxRequestBytesInFlight caps the bytes of request bodies the data
+	// plane holds at once across all requests (503 with retry-after past
+	// it). At least max_request_body_bytes.
+	MaxRequestBytesInFlight int64 `yaml:"max_request_bytes_in_flight" json:"max_request_bytes_in_flight,omitempty"`
 }
 
 // DemoUpstream is a fake vendor endpoint the gateway process starts itself.
@@ -310,8 +321,11 @@ const (
 	DefaultLatencyTolerance      = 0.25
 	DefaultCacheMinTokens        = 1024
 	// Daily batch line allowances of the built-in tiers (docs/operations.md).
-	DefaultFreeBatchLines     = 2_000
-	DefaultStandardBatchLines = 50_000
+	DefaultFreeBatchLines          = 2_000
+	DefaultStandardBatchLines      = 50_000
+	DefaultRequestBodyTimeout      = 60 * time.Second
+	DefaultMaxConcurrentPerKey     = 64
+	DefaultMaxRequestBytesInFlight = 256 << 20
 )
 
 // Known enumerations.
@@ -408,6 +422,16 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Limits.ModelIdleTimeout == 0 {
 		c.Limits.ModelIdleTimeout = DefaultModelIdleTimeout
+	}
+	if c.Limits.RequestBodyTimeout == 0 {
+		c.Limits.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if c.Limits.MaxConcurrentRequestsPerKey == 0 {
+		c.Limits.MaxConcurrentRequestsPerKey = DefaultMaxConcurrentPerKey
+	}
+	if c.Limits.MaxRequestBytesInFlight == 0 {
+		// Never below one largest body: that one would always be refused.
+		c.Limits.MaxRequestBytesInFlight = max(DefaultMaxRequestBytesInFlight, c.Limits.MaxRequestBodyBytes)
 	}
 	if c.OutlierDetection.ConsecutiveFailures == 0 {
 		c.OutlierDetection.ConsecutiveFailures = DefaultConsecutiveFailures
@@ -615,8 +639,18 @@ func (v *validator) check(c *Config) {
 	if c.Limits.MaxRequestBodyBytes < 1024 {
 		v.fail("must be at least 1024", "limits", "max_request_body_bytes")
 	}
-	if c.Limits.ExtProcMessageTimeout < 0 || c.Limits.StreamIdleTimeout < 0 || c.Limits.FirstByteTimeout < 0 || c.Limits.ModelIdleTimeout < 0 {
+	if c.Limits.ExtProcMessageTimeout < 0 || c.Limits.StreamIdleTimeout < 0 || c.Limits.FirstByteTimeout < 0 || c.Limits.ModelIdleTimeout < 0 || c.Limits.RequestBodyTimeout < 0 {
 		v.fail("durations must be positive", "limits")
+	}
+	if c.Limits.RequestBodyTimeout > 0 && c.Limits.RequestBodyTimeout < time.Second {
+		v.fail("must be at least 1s", "limits", "request_body_timeout")
+	}
+	if c.Limits.MaxConcurrentRequestsPerKey < 1 {
+		v.fail("must be at least 1", "limits", "max_concurrent_requests_per_key")
+	}
+	if c.Limits.MaxRequestBytesInFlight < c.Limits.MaxRequestBodyBytes {
+		v.fail(fmt.Sprintf("must be at least max_request_body_bytes (%d): a body of that size would always be refused",
+			c.Limits.MaxRequestBodyBytes), "limits", "max_request_bytes_in_flight")
 	}
 	if od := c.OutlierDetection; od.ConsecutiveFailures < 1 || od.Interval < time.Millisecond || od.BaseEjectionTime < time.Millisecond {
 		v.fail("consecutive_failures must be at least 1, interval and base_ejection_time at least 1ms", "outlier_detection")

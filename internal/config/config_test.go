@@ -19,6 +19,9 @@ func TestDefaultIsValid(t *testing.T) {
 	if c.Limits.MaxRequestBodyBytes != 32<<20 {
 		t.Errorf("max body = %d", c.Limits.MaxRequestBodyBytes)
 	}
+	if l := c.Limits; l.RequestBodyTimeout != DefaultRequestBodyTimeout || l.MaxConcurrentRequestsPerKey != 64 || l.MaxRequestBytesInFlight != 256<<20 {
+		t.Errorf("admission limits = %+v", l)
+	}
 }
 
 const good = `listeners:
@@ -67,6 +70,9 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"negative price", [2]string{"- id: acme/m1", "- id: acme/m1\n    pricing: {input: 1, output: -2}"}, []string{"test.yaml:10:", "models[0].pricing.output", "between 0 and"}},
 		{"price in words", [2]string{"- id: acme/m1", "- id: acme/m1\n    pricing: {input: cheap}"}, []string{"test.yaml:10:", "models[0].pricing.input", "is not a number"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
+		{"bytes in flight below one body", [2]string{"models:", "limits: {max_request_body_bytes: 2048, max_request_bytes_in_flight: 1024}\nmodels:"}, []string{"limits.max_request_bytes_in_flight", "at least max_request_body_bytes"}},
+		{"per-key cap below 1", [2]string{"models:", "limits: {max_concurrent_requests_per_key: -3}\nmodels:"}, []string{"limits.max_concurrent_requests_per_key"}},
+		{"tiny body timeout", [2]string{"models:", "limits: {request_body_timeout: 10ms}\nmodels:"}, []string{"limits.request_body_timeout", "1s"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -329,6 +329,10 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		},
 		Metrics: g.Requests,
 		Region:  region,
+		// Read at start: a reload does not change them.
+		RequestBodyTimeout:   cfg.Limits.RequestBodyTimeout,
+		MaxRequestsPerKey:    cfg.Limits.MaxConcurrentRequestsPerKey,
+		MaxBodyBytesInFlight: cfg.Limits.MaxRequestBytesInFlight,
 	}
 	if opts.ListenOverride != "" {
 		dpOpts.ListenOverride = map[string]string{g.listener.Name: opts.ListenOverride}
