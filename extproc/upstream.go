@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/extproc/translate/anthropic"
 	"github.com/switchyard-ai/switchyard/extproc/translate/gemini"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
@@ -330,8 +331,9 @@ type upstreamBody struct {
 
 // scanUpstreamBody reads the top-level members the upstream phase needs,
 // in one pass without copying. The body was validated by the downstream
-// phase.
-func scanUpstreamBody(body []byte) (upstreamBody, bool) {
+// phase. With view set, the same pass fills the parsed view a translator
+// reads, so no translator scans the body again.
+func scanUpstreamBody(body []byte, view *translate.ChatRequest) (upstreamBody, bool) {
 	var u upstreamBody
 	s := bytesString(body)
 	start := skipSpace(s, 0)
@@ -339,6 +341,9 @@ func scanUpstreamBody(body []byte) (upstreamBody, bool) {
 		return u, false
 	}
 	for it := newIter(s, start); it.next(); {
+		if view != nil {
+			view.SetRaw(it.key, it.raw(), it.val)
+		}
 		switch it.key {
 		case "model":
 			u.model = span{it.val, it.end}
@@ -362,13 +367,20 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 		return immediate(errNotReady)
 	}
 	body := b.GetBody()
-	ub, ok := scanUpstreamBody(body)
+	p := rt.providers[st.providerName]
+	// A translating provider's translator reads the members this scan
+	// finds.
+	var viewed translate.ChatRequest // on the stack: nothing keeps it
+	var view *translate.ChatRequest
+	if p != nil && p.kind != kindOpenAI {
+		view = &viewed
+	}
+	ub, ok := scanUpstreamBody(body, view)
 	if !ok || (!ub.hasMessages && !ub.hasInput) {
 		st.srv.log.Error("extproc: upstream phase got a body that is not a routed request", "request_id", st.requestID,
 			"provider", st.providerName)
 		return immediate(errInternalBody)
 	}
-	p := rt.providers[st.providerName]
 	// The canonical id: the body's model may be the prepared provider's
 	// upstream model by now.
 	modelID := st.canonical
@@ -424,7 +436,7 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 			hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
 		}
 	case kindAnthropic:
-		out, err = anthropic.TranslateRequest(body, t.upstreamModel, m.anthropicOpts)
+		out, err = anthropic.TranslateChat(view, len(body), t.upstreamModel, m.anthropicOpts)
 		path = t.chatPath
 		if st.stream {
 			path = t.streamPath
@@ -440,7 +452,7 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 			st.promptTokens = gemini.EstimateEmbeddingTokens(body)
 			path = t.embedPath
 		} else {
-			out, err = gemini.TranslateRequest(body, gemini.Options{DropUnsupported: m.dropUnsupported})
+			out, err = gemini.TranslateChat(view, len(body), gemini.Options{DropUnsupported: m.dropUnsupported})
 			path = t.chatPath
 			if st.stream {
 				path = t.streamPath
