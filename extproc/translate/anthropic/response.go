@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
@@ -54,10 +55,7 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 	out := make([]byte, 0, len(body)+256)
 	out = append(out, `{"id":`...)
 	out = appendID(out, root.Get("id"))
-	out = append(out, `,"object":"chat.completion","created":`...)
-	out = appendInt(out, time.Now().Unix())
-	out = append(out, `,"model":`...)
-	out = appendString(out, clientModel)
+	out = translate.AppendEnvelope(out, translate.Completion, time.Now().Unix(), clientModel)
 	out = append(out, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 
 	// Text blocks are joined; tool_use blocks become tool calls. Both keep
@@ -171,15 +169,7 @@ func (u *usage) set(v gjson.Result) {
 // append appends the OpenAI usage object.
 func (u *usage) append(out []byte) []byte {
 	prompt := u.input + u.cacheRead + u.cacheCreation
-	out = append(out, `{"prompt_tokens":`...)
-	out = appendInt(out, prompt)
-	out = append(out, `,"completion_tokens":`...)
-	out = appendInt(out, u.output)
-	out = append(out, `,"total_tokens":`...)
-	out = appendInt(out, prompt+u.output)
-	out = append(out, `,"prompt_tokens_details":{"cached_tokens":`...)
-	out = appendInt(out, u.cacheRead)
-	return append(out, "}}"...)
+	return translate.Usage{Prompt: prompt, Completion: u.output, Total: prompt + u.output, Cached: u.cacheRead}.Append(out)
 }
 
 // badUpstream is the error for an upstream reply that cannot be translated.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 	"github.com/switchyard-ai/switchyard/internal/sse"
 )
@@ -185,10 +186,7 @@ func (s *Stream) begin(id gjson.Result) {
 	s.started = true
 	h := append(s.head[:0], `data: {"id":`...)
 	h = appendID(h, id)
-	h = append(h, `,"object":"chat.completion.chunk","created":`...)
-	h = appendInt(h, s.created)
-	h = append(h, `,"model":`...)
-	h = appendString(h, s.model)
+	h = translate.AppendEnvelope(h, translate.Chunk, s.created, s.model)
 	s.head = append(h, `,"choices":[`...)
 	s.chunk(`{"role":"assistant","content":""}`)
 }
