@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -49,6 +50,9 @@ type Options struct {
 	// snapshot whose failover order starts in that region. Empty: no
 	// locality, and the control plane's configured region applies.
 	Region string
+	// Clock is outlier detection's clock (ejections and their ends); nil:
+	// time.Now. Tests move it instead of waiting out an ejection.
+	Clock func() time.Time
 }
 
 // Resources is one complete, consistent configuration.
