@@ -292,12 +292,13 @@ func (req *createRequest) parseOutputOptions(root gjson.Result) *apierror.Error 
 			return typeError("include", "an array", v)
 		}
 		for _, s := range v.Array() {
-			switch s.Str {
-			case "web_search_call.action.sources":
+			if s.Str == "web_search_call.action.sources" {
 				req.includeWebSources = true
-			case "code_interpreter_call.outputs":
+			}
+			if s.Str == "code_interpreter_call.outputs" {
 				req.includeCodeOutputs = true
-			case "file_search_call.results":
+			}
+			if s.Str == "file_search_call.results" {
 				req.includeFileResults = true
 			}
 		}

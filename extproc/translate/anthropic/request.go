@@ -117,8 +117,6 @@ func TranslateChat(f *translate.ChatRequest, size int, upstreamModel string, opt
 	return append(out, '}'), nil
 }
 
-func present(v gjson.Result) bool { return v.Exists() && v.Type != gjson.Null }
-
 // refuse returns e, or nil when unsupported parameters are to be dropped.
 // It returns error, not *apierror.Error, so that the nil is a nil interface.
 func (t *translator) refuse(e *apierror.Error) error {
@@ -170,7 +168,7 @@ func (t *translator) checkUnsupported(f *translate.ChatRequest) error {
 				"'response_format' of type '%s' is not supported by this model's provider (Anthropic).", typ))
 		}
 	}
-	if present(f.Audio) {
+	if translate.Present(f.Audio) {
 		checks = append(checks, unsupportedParam("audio"))
 	}
 	if f.Modalities.IsArray() {
@@ -187,7 +185,7 @@ func (t *translator) checkUnsupported(f *translate.ChatRequest) error {
 		v    gjson.Result
 	}{{"reasoning_effort", f.ReasoningEffort}, {"web_search_options", f.WebSearchOptions},
 		{"functions", f.Functions}, {"function_call", f.FunctionCall}} {
-		if present(p.v) {
+		if translate.Present(p.v) {
 			checks = append(checks, unsupportedParam(p.name))
 		}
 	}
@@ -327,7 +325,7 @@ func (t *translator) message(i int, m *message) error {
 		if err := t.content(i, "assistant", m.content); err != nil {
 			return err
 		}
-		if present(m.functionCall) {
+		if translate.Present(m.functionCall) {
 			if e := t.refuse(unsupportedParam(fmt.Sprintf("messages[%d].function_call", i))); e != nil {
 				return e
 			}

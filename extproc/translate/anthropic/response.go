@@ -41,7 +41,7 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 	if status < 200 || status > 299 {
 		return errorFromBody(status, body).JSON(), nil
 	}
-	js := bytesString(body)
+	js := translate.BytesString(body)
 	if !gjson.Valid(js) {
 		return nil, fmt.Errorf("anthropic: response: %w", badUpstream("The upstream provider returned a response that is not valid JSON."))
 	}
@@ -181,7 +181,7 @@ func badUpstream(msg string) *apierror.Error {
 // ({"type":"error","error":{"type","message"}}) received with status. A body
 // that is not one (a proxy's HTML page, say) gets a message from the status.
 func errorFromBody(status int, body []byte) *apierror.Error {
-	e := gjson.Get(bytesString(body), "error")
+	e := gjson.Get(translate.BytesString(body), "error")
 	typ, msg := e.Get("type").Str, e.Get("message").Str
 	if msg == "" {
 		msg = fmt.Sprintf("The upstream provider answered %d %s.", status, http.StatusText(status))

@@ -123,13 +123,13 @@ func (s *Stream) event(ev sse.Event) error {
 	if s.done {
 		return nil
 	}
-	data := bytesString(ev.Data)
+	data := translate.BytesString(ev.Data)
 	if !gjson.Valid(data) {
 		return badUpstream("The upstream provider sent an event that is not valid JSON.")
 	}
 	typ := gjson.Get(data, "type").Str
 	if typ == "" {
-		typ = bytesString(ev.Name)
+		typ = translate.BytesString(ev.Name)
 	}
 	switch typ {
 	case "message_start":

@@ -30,7 +30,7 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 		e := malformed("response")
 		return e.JSON(), e
 	}
-	root := gjson.Parse(bytesString(body))
+	root := gjson.Parse(translate.BytesString(body))
 	if !root.IsObject() {
 		e := malformed("response")
 		return e.JSON(), e

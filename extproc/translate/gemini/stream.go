@@ -96,7 +96,7 @@ func (s *Stream) event(ev sse.Event) error {
 	if len(data) == 0 {
 		return nil
 	}
-	js := bytesString(data)
+	js := translate.BytesString(data)
 	if !gjson.Valid(js) {
 		s.done, s.err = true, malformed("stream event")
 		return errStop
