@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -52,7 +51,7 @@ type Options struct {
 	Region string
 	// Clock is outlier detection's clock (ejections and their ends); nil:
 	// time.Now. Tests move it instead of waiting out an ejection.
-	Clock func() time.Time
+	Clock Clock
 }
 
 // Resources is one complete, consistent configuration.

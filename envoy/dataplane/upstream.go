@@ -41,10 +41,13 @@ const (
 	protoAuto // ALPN over TLS, HTTP/1.1 in clear text
 )
 
+// Clock tells the time (Options.Clock).
+type Clock func() time.Time
+
 // cluster is a compiled Cluster with its endpoints.
 type cluster struct {
 	name           string
-	now            func() time.Time // outlier detection's clock (Options.Clock)
+	now            Clock // outlier detection's clock (Options.Clock)
 	connectTimeout time.Duration
 	idleTimeout    time.Duration
 	tls            *tls.Config
