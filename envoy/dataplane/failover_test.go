@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -572,18 +573,43 @@ func TestFailover(t *testing.T) {
 // failing upstream ends the client's event stream with an error event
 // (cutEventStream); nothing is retried.
 func TestNoRetryAfterResponseStarted(t *testing.T) {
+	// a fails once the client has read its first event: the response has
+	// started, however long the way there took.
+	firstRead := make(chan struct{})
 	e := newFoEnv(t, map[string]http.HandlerFunc{
 		"a": func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("content-type", "text/event-stream")
 			w.WriteHeader(200)
 			_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
 			http.NewResponseController(w).Flush()
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-firstRead:
+			case <-time.After(10 * time.Second): // the event never arrived: the checks below say so
+			}
 			reset(w, nil)
 		},
 		"b": answer(200, `{"from":"b"}`),
 	}, foOpts{})
-	resp, body, err := e.post(`{}`)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+e.dp.Addr(testListener).String()+"/v1/chat/completions", strings.NewReader(`{}`))
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var body []byte
+	for !bytes.HasSuffix(body, []byte("\n\n")) && err == nil {
+		var line []byte
+		line, err = br.ReadBytes('\n')
+		body = append(body, line...)
+	}
+	close(firstRead)
+	if err == nil {
+		var rest []byte
+		rest, err = io.ReadAll(br)
+		body = append(body, rest...)
+	}
 	if err != nil || !strings.HasPrefix(string(body), "data: {\"n\":1}\n\nevent: error\ndata: {\"error\":") ||
 		!strings.Contains(string(body), "upstream_reset_after_response_started") {
 		t.Fatalf("the truncated stream: %v %s, want the first event then an error event", err, body)
