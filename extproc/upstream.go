@@ -411,11 +411,42 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 	}
 	st.prov, st.model, st.stream, st.b64 = p, m, ub.stream, ub.b64
 
-	var out []byte
-	var path string
-	var err error
-	unchanged := false
 	hm := &extprocv3.HeaderMutation{SetHeaders: make([]*corev3.HeaderValueOption, 0, 6)}
+	out, path, unchanged, err := st.providerRequest(body, ub, view, t, hm)
+	if err != nil {
+		if e, ok := errors.AsType[*apierror.Error](err); ok {
+			// A parameter the provider cannot honour: the client's to fix.
+			return immediate(e)
+		}
+		st.srv.log.Error("extproc: translating request", "request_id", st.requestID, "provider", p.name, "error", err)
+		return immediate(errInternalBody)
+	}
+	for _, name := range vendorHeaders {
+		if !hasHeader(hm.SetHeaders, name) {
+			hm.RemoveHeaders = append(hm.RemoveHeaders, name)
+		}
+	}
+	hm.SetHeaders = append(hm.SetHeaders,
+		setHeader(":path", path),
+		setHeader("content-length", strconv.Itoa(len(out))))
+	if !hasHeader(hm.SetHeaders, "content-type") {
+		hm.SetHeaders = append(hm.SetHeaders, setHeader("content-type", "application/json"))
+	}
+	st.sent = time.Now()
+	cr := &extprocv3.CommonResponse{HeaderMutation: hm}
+	if !unchanged {
+		cr.BodyMutation = bodyMutation(out)
+	}
+	return requestBodyReply(cr)
+}
+
+// providerRequest is the body and path for the provider this attempt
+// reached (st.prov, with target t), and the headers it needs added to hm:
+// the canonical body with the provider's model spliced in (unchanged when
+// it already names it), or the vendor translation of the parsed view.
+func (st *upstreamStream) providerRequest(body []byte, ub upstreamBody, view *translate.ChatRequest, t *target,
+	hm *extprocv3.HeaderMutation) (out []byte, path string, unchanged bool, err error) {
+	p, m := st.prov, st.model
 	switch p.kind {
 	case kindOpenAI:
 		// The path is the provider's alone: a query string the client sent
@@ -464,31 +495,7 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 			}
 		}
 	}
-	if err != nil {
-		if e, ok := errors.AsType[*apierror.Error](err); ok {
-			// A parameter the provider cannot honour: the client's to fix.
-			return immediate(e)
-		}
-		st.srv.log.Error("extproc: translating request", "request_id", st.requestID, "provider", p.name, "error", err)
-		return immediate(errInternalBody)
-	}
-	for _, name := range vendorHeaders {
-		if !hasHeader(hm.SetHeaders, name) {
-			hm.RemoveHeaders = append(hm.RemoveHeaders, name)
-		}
-	}
-	hm.SetHeaders = append(hm.SetHeaders,
-		setHeader(":path", path),
-		setHeader("content-length", strconv.Itoa(len(out))))
-	if !hasHeader(hm.SetHeaders, "content-type") {
-		hm.SetHeaders = append(hm.SetHeaders, setHeader("content-type", "application/json"))
-	}
-	st.sent = time.Now()
-	cr := &extprocv3.CommonResponse{HeaderMutation: hm}
-	if !unchanged {
-		cr.BodyMutation = bodyMutation(out)
-	}
-	return requestBodyReply(cr)
+	return out, path, unchanged, err
 }
 
 func hasHeader(set []*corev3.HeaderValueOption, name string) bool {
