@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net"
 	"os"
@@ -394,19 +395,46 @@ func TestWatchFile(t *testing.T) {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go srv.WatchFile(wctx, path, 10*time.Millisecond)
-	waitVersion := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for srv.Version() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("version %q, want %q", srv.Version(), want)
-			}
-			time.Sleep(5 * time.Millisecond)
+	polled := make(chan [sha256.Size]byte)
+	srv.filePolled = func(seen [sha256.Size]byte) {
+		select {
+		case polled <- seen:
+		case <-wctx.Done():
 		}
 	}
-	// Let the watcher record the file it starts with.
-	time.Sleep(50 * time.Millisecond)
+	go srv.WatchFile(wctx, path, 10*time.Millisecond)
+	// waitSeen waits for the watcher to have looked at content.
+	waitSeen := func(content string) {
+		t.Helper()
+		want := sha256.Sum256([]byte(content))
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case seen := <-polled:
+				if seen == want {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("the watcher did not read the file within 5s")
+			}
+		}
+	}
+	// Every wait takes the watcher's looks as they come: the watcher waits
+	// for each to be taken, so none is missed.
+	waitVersion := func(want string) {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for srv.Version() != want {
+			select {
+			case <-polled:
+			case <-timeout:
+				t.Fatalf("version %q, want %q", srv.Version(), want)
+			}
+		}
+	}
+	// The watcher records the file it starts with, and a look at it
+	// applies nothing.
+	waitSeen(twoRegions)
 	if v := srv.Version(); v != "1" {
 		t.Fatalf("the starting file was applied again: version %s", v)
 	}
@@ -421,9 +449,10 @@ func TestWatchFile(t *testing.T) {
 	// Invalid YAML, then a valid file that references an unknown provider:
 	// both ignored, nothing half-applied.
 	write(moved + "\n  - this is: [not valid\n")
-	time.Sleep(100 * time.Millisecond)
-	write(strings.Replace(moved, "{provider: b, upstream_model: y}", "{provider: nobody, upstream_model: y}", 1))
-	time.Sleep(100 * time.Millisecond)
+	waitSeen(moved + "\n  - this is: [not valid\n")
+	unknown := strings.Replace(moved, "{provider: b, upstream_model: y}", "{provider: nobody, upstream_model: y}", 1)
+	write(unknown)
+	waitSeen(unknown)
 	if v := srv.Version(); v != "2" {
 		t.Fatalf("a bad file was applied: version %s", v)
 	}
@@ -433,7 +462,7 @@ func TestWatchFile(t *testing.T) {
 
 	// The content in force, written again: nothing to do.
 	write(moved)
-	time.Sleep(100 * time.Millisecond)
+	waitSeen(moved)
 	if v := srv.Version(); v != "2" {
 		t.Fatalf("unchanged content applied again: version %s", v)
 	}

@@ -53,6 +53,9 @@ func (s *Server) WatchFile(ctx context.Context, path string, interval time.Durat
 			return
 		case <-t.C:
 			s.pollFile(ctx, path)
+			if s.filePolled != nil {
+				s.filePolled(s.file.seen)
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -107,6 +108,10 @@ type Server struct {
 	vstr        atomic.Pointer[string]
 	// file is the state of WatchFile.
 	file fileState
+	// filePolled, a test hook, is told after each of WatchFile's looks at
+	// the file the hash of the content it last read, so tests wait for
+	// the look instead of sleeping.
+	filePolled func(seen [sha256.Size]byte)
 
 	// DefaultBackends, when set before the first Update, is the backends
 	// service used when a configuration names none: `switchyard run` serves

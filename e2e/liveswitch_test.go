@@ -92,9 +92,18 @@ func switchUnderLoad(t *testing.T, s *routeStack, from, to string, doSwitch func
 	})
 	switchAt := time.Now()
 	doSwitch()
-	// The deadline is a second; keep the load on past it to see requests
-	// that started after it.
-	time.Sleep(1500 * time.Millisecond)
+	// The deadline is a second; keep the load on until a request that
+	// started after it has finished.
+	waitFor(t, 15*time.Second, "a request started a second after the switch", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range results {
+			if r.start.After(switchAt.Add(time.Second)) {
+				return true
+			}
+		}
+		return false
+	})
 	close(stop)
 	wg.Wait()
 

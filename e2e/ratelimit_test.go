@@ -296,7 +296,21 @@ func TestRevocationUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // under load, and cached everywhere
+	// Under load, and the key cached: every client has had a success.
+	count := func(ok func(outcome) bool) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, o := range outcomes {
+			if ok(o) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 10*time.Second, "successes under load", func() bool {
+		return count(func(o outcome) bool { return o.status == http.StatusOK }) >= 16
+	})
 
 	cli, err := keys.OpenSQLite(context.Background(), s.dataDir)
 	if err != nil {
@@ -308,27 +322,26 @@ func TestRevocationUnderLoad(t *testing.T) {
 	cli.Close()
 	revoked := time.Now()
 
-	// Wait for the first refusal, then keep the load on a little longer to
-	// see that nothing succeeds any more.
+	// Wait for the first refusal, then keep the load on until every client
+	// has sent more requests after it, to see that nothing succeeds any
+	// more.
 	var firstRefusal time.Time
-	for firstRefusal.IsZero() && time.Since(revoked) < 3*time.Second {
-		time.Sleep(10 * time.Millisecond)
+	waitFor(t, 3*time.Second, "a refusal after the revocation", func() bool {
 		mu.Lock()
+		defer mu.Unlock()
 		for _, o := range outcomes {
 			if o.status == http.StatusUnauthorized && o.done.After(revoked) {
 				firstRefusal = o.done
-				break
+				return true
 			}
 		}
-		mu.Unlock()
-	}
-	time.Sleep(300 * time.Millisecond)
+		return false
+	})
+	waitFor(t, 10*time.Second, "requests sent after the first refusal", func() bool {
+		return count(func(o outcome) bool { return o.sent.After(firstRefusal) }) >= 16
+	})
 	cancel()
 	wg.Wait()
-
-	if firstRefusal.IsZero() {
-		t.Fatal("the key was never refused after revocation")
-	}
 	var before, after int
 	var last time.Time // the last success
 	for _, o := range outcomes {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/extproc/translate/anthropic"
 	"github.com/switchyard-ai/switchyard/extproc/translate/gemini"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
@@ -330,8 +331,9 @@ type upstreamBody struct {
 
 // scanUpstreamBody reads the top-level members the upstream phase needs,
 // in one pass without copying. The body was validated by the downstream
-// phase.
-func scanUpstreamBody(body []byte) (upstreamBody, bool) {
+// phase. With view set, the same pass fills the parsed view a translator
+// reads, so no translator scans the body again.
+func scanUpstreamBody(body []byte, view *translate.ChatRequest) (upstreamBody, bool) {
 	var u upstreamBody
 	s := bytesString(body)
 	start := skipSpace(s, 0)
@@ -339,6 +341,9 @@ func scanUpstreamBody(body []byte) (upstreamBody, bool) {
 		return u, false
 	}
 	for it := newIter(s, start); it.next(); {
+		if view != nil {
+			view.SetRaw(it.key, it.raw(), it.val)
+		}
 		switch it.key {
 		case "model":
 			u.model = span{it.val, it.end}
@@ -362,13 +367,20 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 		return immediate(errNotReady)
 	}
 	body := b.GetBody()
-	ub, ok := scanUpstreamBody(body)
+	p := rt.providers[st.providerName]
+	// A translating provider's translator reads the members this scan
+	// finds.
+	var viewed translate.ChatRequest // on the stack: nothing keeps it
+	var view *translate.ChatRequest
+	if p != nil && p.kind != kindOpenAI {
+		view = &viewed
+	}
+	ub, ok := scanUpstreamBody(body, view)
 	if !ok || (!ub.hasMessages && !ub.hasInput) {
 		st.srv.log.Error("extproc: upstream phase got a body that is not a routed request", "request_id", st.requestID,
 			"provider", st.providerName)
 		return immediate(errInternalBody)
 	}
-	p := rt.providers[st.providerName]
 	// The canonical id: the body's model may be the prepared provider's
 	// upstream model by now.
 	modelID := st.canonical
@@ -399,59 +411,8 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 	}
 	st.prov, st.model, st.stream, st.b64 = p, m, ub.stream, ub.b64
 
-	var out []byte
-	var path string
-	var err error
-	unchanged := false
 	hm := &extprocv3.HeaderMutation{SetHeaders: make([]*corev3.HeaderValueOption, 0, 6)}
-	switch p.kind {
-	case kindOpenAI:
-		// The path is the provider's alone: a query string the client sent
-		// is not carried over (on a retry :path is an earlier attempt's
-		// anyway), so nothing a client adds to the URL reaches a provider.
-		// Unchanged (a retry on the prepared provider, a model that has
-		// the same name upstream), the body need not travel back.
-		unchanged = bytes.Equal(body[ub.model.start:ub.model.end], t.modelJSON)
-		out = body
-		if !unchanged {
-			out = rewrite(body, []edit{{ub.model.start, ub.model.end, t.modelJSON}}, st.ownsBody)
-		}
-		path = t.chatPath
-		if st.op == opEmbeddings {
-			path = t.embedPath
-		}
-		if p.authHeader != nil {
-			hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
-		}
-	case kindAnthropic:
-		out, err = anthropic.TranslateRequest(body, t.upstreamModel, m.anthropicOpts)
-		path = t.chatPath
-		if st.stream {
-			path = t.streamPath
-		}
-		for _, h := range anthropic.Headers(p.credential) {
-			if h.Value != "" {
-				hm.SetHeaders = append(hm.SetHeaders, setHeader(h.Name, h.Value))
-			}
-		}
-	case kindGemini:
-		if st.op == opEmbeddings {
-			out, err = gemini.TranslateEmbeddingRequest(body, t.upstreamModel)
-			st.promptTokens = gemini.EstimateEmbeddingTokens(body)
-			path = t.embedPath
-		} else {
-			out, err = gemini.TranslateRequest(body, gemini.Options{DropUnsupported: m.dropUnsupported})
-			path = t.chatPath
-			if st.stream {
-				path = t.streamPath
-			}
-		}
-		for _, h := range gemini.Headers(p.credential) {
-			if h.Value != "" {
-				hm.SetHeaders = append(hm.SetHeaders, setHeader(h.Name, h.Value))
-			}
-		}
-	}
+	out, path, unchanged, err := st.providerRequest(body, ub, view, t, hm)
 	if err != nil {
 		if e, ok := errors.AsType[*apierror.Error](err); ok {
 			// A parameter the provider cannot honour: the client's to fix.
@@ -477,6 +438,64 @@ func (st *upstreamStream) requestBody(b *extprocv3.HttpBody) *extprocv3.Processi
 		cr.BodyMutation = bodyMutation(out)
 	}
 	return requestBodyReply(cr)
+}
+
+// providerRequest is the body and path for the provider this attempt
+// reached (st.prov, with target t), and the headers it needs added to hm:
+// the canonical body with the provider's model spliced in (unchanged when
+// it already names it), or the vendor translation of the parsed view.
+func (st *upstreamStream) providerRequest(body []byte, ub upstreamBody, view *translate.ChatRequest, t *target,
+	hm *extprocv3.HeaderMutation) (out []byte, path string, unchanged bool, err error) {
+	p, m := st.prov, st.model
+	switch p.kind {
+	case kindOpenAI:
+		// The path is the provider's alone: a query string the client sent
+		// is not carried over (on a retry :path is an earlier attempt's
+		// anyway), so nothing a client adds to the URL reaches a provider.
+		// Unchanged (a retry on the prepared provider, a model that has
+		// the same name upstream), the body need not travel back.
+		unchanged = bytes.Equal(body[ub.model.start:ub.model.end], t.modelJSON)
+		out = body
+		if !unchanged {
+			out = rewrite(body, []edit{{ub.model.start, ub.model.end, t.modelJSON}}, st.ownsBody)
+		}
+		path = t.chatPath
+		if st.op == opEmbeddings {
+			path = t.embedPath
+		}
+		if p.authHeader != nil {
+			hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
+		}
+	case kindAnthropic:
+		out, err = anthropic.TranslateChat(view, len(body), t.upstreamModel, m.anthropicOpts)
+		path = t.chatPath
+		if st.stream {
+			path = t.streamPath
+		}
+		for _, h := range anthropic.Headers(p.credential) {
+			if h.Value != "" {
+				hm.SetHeaders = append(hm.SetHeaders, setHeader(h.Name, h.Value))
+			}
+		}
+	case kindGemini:
+		if st.op == opEmbeddings {
+			out, err = gemini.TranslateEmbeddingRequest(body, t.upstreamModel)
+			st.promptTokens = gemini.EstimateEmbeddingTokens(body)
+			path = t.embedPath
+		} else {
+			out, err = gemini.TranslateChat(view, len(body), gemini.Options{DropUnsupported: m.dropUnsupported})
+			path = t.chatPath
+			if st.stream {
+				path = t.streamPath
+			}
+		}
+		for _, h := range gemini.Headers(p.credential) {
+			if h.Value != "" {
+				hm.SetHeaders = append(hm.SetHeaders, setHeader(h.Name, h.Value))
+			}
+		}
+	}
+	return out, path, unchanged, err
 }
 
 func hasHeader(set []*corev3.HeaderValueOption, name string) bool {

@@ -123,25 +123,51 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 		return nil, apierror.InvalidParam(dup, "Duplicate key '%s' in the request body.", dup)
 	}
 	req := &createRequest{store: true, truncation: "disabled"}
+	// Each step checks one family of fields; the first error is the one
+	// reported, in this order.
+	for _, parse := range []func(gjson.Result) *apierror.Error{
+		req.parseModel,
+		req.parseSampling,
+		req.parseLimits,
+		req.parseFlags,
+		req.parseIdentifiers,
+		refuseUnsupported,
+		req.parseOutputOptions,
+		func(root gjson.Result) *apierror.Error { return req.parseTools(root.Get("tools"), searchOK) },
+		func(root gjson.Result) *apierror.Error { return req.parseToolChoice(root.Get("tool_choice")) },
+		func(root gjson.Result) *apierror.Error { return req.parseInput(root.Get("input"), ids) },
+	} {
+		if aerr := parse(root); aerr != nil {
+			return nil, aerr
+		}
+	}
+	return req, nil
+}
 
+// parseModel reads model and instructions.
+func (req *createRequest) parseModel(root gjson.Result) *apierror.Error {
 	model := root.Get("model")
 	switch {
 	case !model.Exists() || model.Type == gjson.Null:
-		return nil, apierror.MissingParam("model")
+		return apierror.MissingParam("model")
 	case model.Type != gjson.String:
-		return nil, typeError("model", "a string", model)
+		return typeError("model", "a string", model)
 	case model.Str == "":
-		return nil, apierror.InvalidParam("model", "Invalid 'model': empty string. Expected a model id.")
+		return apierror.InvalidParam("model", "Invalid 'model': empty string. Expected a model id.")
 	}
 	req.model = model.Str
 
 	if v := root.Get("instructions"); v.Exists() && v.Type != gjson.Null {
 		if v.Type != gjson.String {
-			return nil, typeError("instructions", "a string", v)
+			return typeError("instructions", "a string", v)
 		}
 		req.instructions, req.hasInstr = v.Str, true
 	}
+	return nil
+}
 
+// parseSampling reads temperature and top_p, kept as numbers.
+func (req *createRequest) parseSampling(root gjson.Result) *apierror.Error {
 	for _, p := range []struct {
 		name string
 		dst  *gjson.Result
@@ -152,35 +178,41 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 			continue
 		}
 		if v.Type != gjson.Number {
-			return nil, typeError(p.name, "a number", v)
+			return typeError(p.name, "a number", v)
 		}
 		if v.Num < 0 || v.Num > p.max {
-			return nil, apierror.InvalidParam(p.name, "Invalid '%s': number out of range. Expected a value between 0 and %g, but got %s instead.", p.name, p.max, v.Raw)
+			return apierror.InvalidParam(p.name, "Invalid '%s': number out of range. Expected a value between 0 and %g, but got %s instead.", p.name, p.max, v.Raw)
 		}
 		*p.dst = v
 	}
+	return nil
+}
 
-	if v := root.Get("max_output_tokens"); v.Exists() && v.Type != gjson.Null {
-		n, aerr := integer("max_output_tokens", v)
+// parseLimits reads max_output_tokens and max_tool_calls.
+func (req *createRequest) parseLimits(root gjson.Result) *apierror.Error {
+	for _, p := range []struct {
+		name string
+		dst  *int64
+		min  int64
+	}{{"max_output_tokens", &req.maxOutputTokens, minMaxOutputTokens}, {"max_tool_calls", &req.maxToolCalls, 1}} {
+		v := root.Get(p.name)
+		if !v.Exists() || v.Type == gjson.Null {
+			continue
+		}
+		n, aerr := integer(p.name, v)
 		if aerr != nil {
-			return nil, aerr
+			return aerr
 		}
-		if n < minMaxOutputTokens {
-			return nil, apierror.InvalidParam("max_output_tokens", "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= %d, but got %d instead.", minMaxOutputTokens, n)
+		if n < p.min {
+			return apierror.InvalidParam(p.name, "Invalid '%s': integer below minimum value. Expected a value >= %d, but got %d instead.", p.name, p.min, n)
 		}
-		req.maxOutputTokens = n
+		*p.dst = n
 	}
-	if v := root.Get("max_tool_calls"); v.Exists() && v.Type != gjson.Null {
-		n, aerr := integer("max_tool_calls", v)
-		if aerr != nil {
-			return nil, aerr
-		}
-		if n < 1 {
-			return nil, apierror.InvalidParam("max_tool_calls", "Invalid 'max_tool_calls': integer below minimum value. Expected a value >= 1, but got %d instead.", n)
-		}
-		req.maxToolCalls = n
-	}
+	return nil
+}
 
+// parseFlags reads the booleans store, stream and parallel_tool_calls.
+func (req *createRequest) parseFlags(root gjson.Result) *apierror.Error {
 	for _, p := range []struct {
 		name string
 		dst  *bool
@@ -190,17 +222,22 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 			continue
 		}
 		if !v.IsBool() {
-			return nil, typeError(p.name, "a boolean", v)
+			return typeError(p.name, "a boolean", v)
 		}
 		*p.dst = v.Bool()
 	}
 	if v := root.Get("parallel_tool_calls"); v.Exists() && v.Type != gjson.Null {
 		if !v.IsBool() {
-			return nil, typeError("parallel_tool_calls", "a boolean", v)
+			return typeError("parallel_tool_calls", "a boolean", v)
 		}
 		req.parallelToolCalls = v
 	}
+	return nil
+}
 
+// parseIdentifiers reads the string fields naming other things:
+// previous_response_id, user, safety_identifier and prompt_cache_key.
+func (req *createRequest) parseIdentifiers(root gjson.Result) *apierror.Error {
 	for _, p := range []struct {
 		name string
 		dst  *string
@@ -211,40 +248,48 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 			continue
 		}
 		if v.Type != gjson.String {
-			return nil, typeError(p.name, "a string", v)
+			return typeError(p.name, "a string", v)
 		}
 		*p.dst = v.Str
 	}
+	return nil
+}
 
-	// Features this gateway does not implement are refused rather than
-	// silently dropped, so a client never believes it got them.
+// refuseUnsupported refuses features this gateway does not implement rather
+// than silently dropping them, so a client never believes it got them.
+func refuseUnsupported(root gjson.Result) *apierror.Error {
 	if v := root.Get("background"); v.Exists() && v.Type == gjson.True {
-		return nil, apierror.InvalidParam("background", "Background responses are not supported on this gateway.")
+		return apierror.InvalidParam("background", "Background responses are not supported on this gateway.")
 	}
 	for _, name := range []string{"conversation", "prompt"} {
 		if v := root.Get(name); v.Exists() && v.Type != gjson.Null {
-			return nil, apierror.InvalidParam(name, "The '%s' parameter is not supported on this gateway.", name)
+			return apierror.InvalidParam(name, "The '%s' parameter is not supported on this gateway.", name)
 		}
 	}
+	return nil
+}
 
+// parseOutputOptions reads what shapes the response: metadata, text,
+// reasoning, truncation and include.
+func (req *createRequest) parseOutputOptions(root gjson.Result) *apierror.Error {
 	if aerr := req.parseMetadata(root.Get("metadata")); aerr != nil {
-		return nil, aerr
+		return aerr
 	}
 	if aerr := req.parseText(root.Get("text")); aerr != nil {
-		return nil, aerr
+		return aerr
 	}
 	if aerr := req.parseReasoning(root.Get("reasoning")); aerr != nil {
-		return nil, aerr
+		return aerr
 	}
 	if v := root.Get("truncation"); v.Exists() && v.Type != gjson.Null {
 		if v.Type != gjson.String || (v.Str != "auto" && v.Str != "disabled") {
-			return nil, apierror.InvalidParam("truncation", "Invalid value for 'truncation': expected 'auto' or 'disabled'.")
+			return apierror.InvalidParam("truncation", "Invalid value for 'truncation': expected 'auto' or 'disabled'.")
 		}
 		req.truncation = v.Str
 	}
 	if v := root.Get("include"); v.Exists() && v.Type != gjson.Null {
 		if !v.IsArray() {
-			return nil, typeError("include", "an array", v)
+			return typeError("include", "an array", v)
 		}
 		for _, s := range v.Array() {
 			if s.Str == "web_search_call.action.sources" {
@@ -258,37 +303,34 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 			}
 		}
 	}
+	return nil
+}
 
-	if aerr := req.parseTools(root.Get("tools"), searchOK); aerr != nil {
-		return nil, aerr
-	}
-	if aerr := req.parseToolChoice(root.Get("tool_choice")); aerr != nil {
-		return nil, aerr
-	}
-
-	input := root.Get("input")
+// parseInput reads input, a string or an array of items, normalizing each
+// item to the stored shape; ids mints the ids items lack.
+func (req *createRequest) parseInput(input gjson.Result, ids func(prefix string) string) *apierror.Error {
 	switch {
 	case !input.Exists() || input.Type == gjson.Null:
-		return nil, apierror.MissingParam("input")
+		return apierror.MissingParam("input")
 	case input.Type == gjson.String:
 		req.input = [][]byte{userTextItem(ids("msg_"), input.Raw)}
 	case input.IsArray():
 		items := input.Array()
 		if len(items) == 0 {
-			return nil, apierror.InvalidParam("input", "Invalid 'input': empty array. Expected an array with minimum length 1, but got an empty array instead.")
+			return apierror.InvalidParam("input", "Invalid 'input': empty array. Expected an array with minimum length 1, but got an empty array instead.")
 		}
 		req.input = make([][]byte, 0, len(items))
 		for i, it := range items {
 			item, aerr := normalizeItem(fmt.Sprintf("input[%d]", i), it, ids)
 			if aerr != nil {
-				return nil, aerr
+				return aerr
 			}
 			req.input = append(req.input, item)
 		}
 	default:
-		return nil, typeError("input", "a string or an array", input)
+		return typeError("input", "a string or an array", input)
 	}
-	return req, nil
+	return nil
 }
 
 // duplicateKey returns the first top-level key of obj that appears twice,

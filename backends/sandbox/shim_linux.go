@@ -265,11 +265,13 @@ func rawFail(prefix string, err error) {
 	os.Exit(shimFailed)
 }
 
+// roFlags remount a bind mount read-only, without setuid or devices.
+const roFlags = unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
+
 // buildRoot makes the run's root filesystem on a tmpfs at cfg.Dir and
 // pivots into it (see the package doc). Every step must succeed: a
 // half-built sandbox is refused, never used.
 func buildRoot(cfg shimConfig) error {
-	const roFlags = unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 	root := cfg.Dir
 	// Nothing mounted here may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -278,19 +280,43 @@ func buildRoot(cfg shimConfig) error {
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
 		return fmt.Errorf("mount root: %w", err)
 	}
-	bindRO := func(src string) error {
-		dst := filepath.Join(root, src)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
+	uid, gid := cfg.UID, cfg.GID
+	if uid < 0 {
+		uid, gid = os.Getuid(), os.Getgid()
+	}
+	for _, step := range []func() error{
+		func() error { return bindSystemDirs(root, cfg.Binds) },
+		func() error { return makeEtc(root, uid, gid) },
+		func() error { return makeDev(root) },
+		func() error { return mountProc(root) },
+		func() error { return mountScratch(root, uid, gid, cfg.DiskBytes) },
+		func() error { return pivotInto(root) },
+	} {
+		if err := step(); err != nil {
 			return err
 		}
-		if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s: %w", src, err)
-		}
-		if err := unix.Mount("", dst, "", roFlags, ""); err != nil {
-			return fmt.Errorf("bind %s read-only: %w", src, err)
-		}
-		return nil
 	}
+	return nil
+}
+
+// bindRO binds the host directory src read-only at the same path under root.
+func bindRO(root, src string) error {
+	dst := filepath.Join(root, src)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if err := unix.Mount("", dst, "", roFlags, ""); err != nil {
+		return fmt.Errorf("bind %s read-only: %w", src, err)
+	}
+	return nil
+}
+
+// bindSystemDirs binds the host's system directories and the configured
+// binds read-only, recreating merged-/usr links as links.
+func bindSystemDirs(root string, binds []string) error {
 	for _, d := range systemDirs {
 		fi, err := os.Lstat(d)
 		switch {
@@ -308,26 +334,25 @@ func buildRoot(cfg shimConfig) error {
 				return err
 			}
 		case fi.IsDir():
-			if err := bindRO(d); err != nil {
+			if err := bindRO(root, d); err != nil {
 				return err
 			}
 		}
 	}
-	for _, d := range cfg.Binds {
-		if err := bindRO(d); err != nil {
+	for _, d := range binds {
+		if err := bindRO(root, d); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	// /etc: only what python and the loader need, none of the host's
-	// configuration.
+// makeEtc writes /etc: only what python and the loader need, none of the
+// host's configuration.
+func makeEtc(root string, uid, gid int) error {
 	etc := filepath.Join(root, "etc")
 	if err := os.Mkdir(etc, 0o755); err != nil {
 		return err
-	}
-	uid, gid := cfg.UID, cfg.GID
-	if uid < 0 {
-		uid, gid = os.Getuid(), os.Getgid()
 	}
 	for name, content := range map[string]string{
 		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:sandbox:/mnt/data:/usr/sbin/nologin\n", uid, gid),
@@ -353,8 +378,11 @@ func buildRoot(cfg shimConfig) error {
 	if target, err := os.Readlink("/etc/localtime"); err == nil {
 		_ = os.Symlink(target, filepath.Join(etc, "localtime")) // a clock nicety only
 	}
+	return nil
+}
 
-	// /dev: the harmless character devices, nothing else.
+// makeDev makes /dev: the harmless character devices, nothing else.
+func makeDev(root string) error {
 	dev := filepath.Join(root, "dev")
 	if err := os.Mkdir(dev, 0o755); err != nil {
 		return err
@@ -377,17 +405,25 @@ func buildRoot(cfg shimConfig) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// /proc of the new PID namespace: the sandbox's processes only.
+// mountProc mounts /proc of the new PID namespace: the sandbox's processes
+// only.
+func mountProc(root string) error {
 	if err := os.Mkdir(filepath.Join(root, "proc"), 0o555); err != nil {
 		return err
 	}
 	if err := unix.Mount("proc", filepath.Join(root, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount proc: %w", err)
 	}
+	return nil
+}
 
-	// The only writable places, size-limited and gone with the namespace.
-	size := fmt.Sprintf("size=%d", cfg.DiskBytes)
+// mountScratch mounts the only writable places, /tmp and /mnt/data,
+// size-limited and gone with the namespace.
+func mountScratch(root string, uid, gid int, diskBytes int64) error {
+	size := fmt.Sprintf("size=%d", diskBytes)
 	if err := os.Mkdir(filepath.Join(root, "tmp"), 0o1777); err != nil {
 		return err
 	}
@@ -402,8 +438,12 @@ func buildRoot(cfg shimConfig) error {
 		fmt.Sprintf("mode=0700,uid=%d,gid=%d,%s", uid, gid, size)); err != nil {
 		return fmt.Errorf("mount /mnt/data: %w", err)
 	}
+	return nil
+}
 
-	// Into the new root; the host's is detached, unreachable from here on.
+// pivotInto makes root the root, the host's detached and unreachable from
+// here on, read-only.
+func pivotInto(root string) error {
 	old := filepath.Join(root, ".oldroot")
 	if err := os.Mkdir(old, 0o700); err != nil {
 		return err

@@ -135,153 +135,34 @@ func benchmark(ctx context.Context, o *options) error {
 	r.machine = readMachine(ctx, o)
 
 	// The upstreams.
-	fakePort, _ := freePort()
-	pacedPort, _ := freePort()
+	b := &bench{ctx: ctx, o: o, r: r, tmp: tmp}
+	b.fakePort, _ = freePort()
+	b.pacedPort, _ = freePort()
 	logf("starting the fake upstreams (service time %s; paced chunk delay %s)", o.serviceTime, o.chunkDelay)
-	if _, err := startFake(ctx, o.bin, tmp, "fake", fakePort, o.serviceTime, 0); err != nil {
+	if _, err := startFake(ctx, o.bin, tmp, "fake", b.fakePort, o.serviceTime, 0); err != nil {
 		return err
 	}
-	if _, err := startFake(ctx, o.bin, tmp, "fake-paced", pacedPort, o.serviceTime, o.chunkDelay); err != nil {
+	if _, err := startFake(ctx, o.bin, tmp, "fake-paced", b.pacedPort, o.serviceTime, o.chunkDelay); err != nil {
 		return err
-	}
-	fakeBase := func(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/v1", port) }
-	bearer := func(k string) http.Header {
-		return http.Header{"Authorization": {"Bearer " + k}, "Content-Type": {"application/json"}}
 	}
 	direct := &system{name: "direct",
-		burst: endpoint{fakeBase(fakePort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"},
-		paced: endpoint{fakeBase(pacedPort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"}}
-
-	// nginx, the floor.
-	nginx := &system{name: "nginx"}
-	if !o.systems["nginx"] {
-		nginx.skip = "not run: left out with -systems"
-	} else if bin, v, err := ensureNginx(ctx); err != nil {
-		nginx.skip = "not run: could not install nginx: " + err.Error()
-	} else {
-		r.machine.versions = append(r.machine.versions, kv{"nginx", v})
-		p1, _ := freePort()
-		p2, _ := freePort()
-		logf("starting nginx %s", v)
-		if p, err := startNginx(ctx, bin, filepath.Join(tmp, "nginx"), []int{p1, p2}, []int{fakePort, pacedPort}); err != nil {
-			nginx.skip = "not run: nginx did not start: " + err.Error()
-		} else {
-			nginx.proc = p
-			nginx.burst = endpoint{fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p1), bearer(fakeKey), "fake-chat-1"}
-			nginx.paced = endpoint{fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p2), bearer(fakeKey), "fake-chat-1"}
-		}
-	}
-
-	// Portkey, the peer.
-	portkey := &system{name: "portkey"}
-	if !o.systems["portkey"] {
-		portkey.skip = "not run: left out with -systems"
-	} else if dir, v, err := ensurePortkey(ctx, o.cache); err != nil {
-		portkey.skip = "not run: could not install " + portkeySpec + ": " + err.Error()
-	} else {
-		r.machine.versions = append(r.machine.versions, kv{"portkey gateway", v + " (" + portkeyPackage +
-			" from npm, with @hono/node-server " + honoNodeServerPin + ": see Systems)"})
-		port, _ := freePort()
-		logf("starting the Portkey gateway %s", v)
-		if p, err := startPortkey(ctx, dir, tmp, port); err != nil {
-			portkey.skip = "not run: the Portkey gateway did not start: " + err.Error()
-		} else {
-			portkey.proc = p
-			h := func(up int) http.Header {
-				x := bearer(fakeKey)
-				x.Set("x-portkey-provider", "openai")
-				x.Set("x-portkey-custom-host", fakeBase(up))
-				return x
-			}
-			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
-			portkey.burst = endpoint{url, h(fakePort), "fake-chat-1"}
-			portkey.paced = endpoint{url, h(pacedPort), "fake-chat-1"}
-		}
-	}
-
-	// Switchyard.
-	sy := &system{name: "switchyard"}
-	syPort, _ := freePort()
-	pprofPort, _ := freePort()
-	cfgPath := filepath.Join(tmp, "switchyard.yaml")
-	dataDir := filepath.Join(tmp, "data")
-	var syProc *proc
-	var key string
-	if err := os.WriteFile(cfgPath, []byte(switchyardConfig(syPort, fakePort, pacedPort)), 0o644); err != nil {
+		burst: endpoint{fakeBase(b.fakePort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"},
+		paced: endpoint{fakeBase(b.pacedPort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"}}
+	nginx, portkey := b.startNginx(), b.startPortkey()
+	sy, err := b.startSwitchyard()
+	if err != nil {
 		return err
 	}
-	r.syConfig = switchyardConfig(syPort, fakePort, pacedPort)
-	if !o.systems["switchyard"] {
-		sy.skip = "not run: left out with -systems"
-	} else if key, err = createKey(ctx, o.bin, cfgPath, dataDir); err != nil {
-		sy.skip = "not run: " + err.Error()
-	} else {
-		logf("starting switchyard run")
-		if syProc, err = startSwitchyard(ctx, o.bin, cfgPath, dataDir, tmp, "switchyard", syPort, pprofPort); err != nil {
-			sy.skip = "not run: switchyard did not start: " + err.Error()
-		} else {
-			sy.proc = syProc
-			base := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", syPort)
-			sy.burst = endpoint{base, bearer(key), "bench/chat"}
-			sy.paced = endpoint{base, bearer(key), "bench/paced"}
-		}
+	syg, err := b.startSwitchyardGRPC()
+	if err != nil {
+		return err
 	}
-
-	// Switchyard with --loopback-grpc: its data plane reaches ext_proc and
-	// the rate limit service over loopback TCP gRPC, as Envoy reaches an
-	// ext_proc server in a deployment (`switchyard run` by default uses an
-	// in-process channel). A second process, on its own port, data directory,
-	// key and admin port, with no profile endpoint; the same configuration
-	// but for the listener. It runs alongside switchyard in the latency and
-	// streaming phases only.
-	syg := &system{name: "switchyard-grpc"}
-	var sygProc *proc
-	if !o.systems["switchyard-grpc"] {
-		syg.skip = "not run: left out with -systems"
-	} else if !o.phases["latency"] && !o.phases["streaming"] {
-		syg.skip = "not run: measured only in the latency and streaming phases, left out with -phases"
-	} else {
-		port, _ := freePort()
-		adminPort, _ := freePort()
-		cfg := filepath.Join(tmp, "switchyard-grpc.yaml")
-		dir := filepath.Join(tmp, "data-grpc")
-		if err := os.WriteFile(cfg, []byte(switchyardConfig(port, fakePort, pacedPort)), 0o644); err != nil {
-			return err
-		}
-		if k, err := createKey(ctx, o.bin, cfg, dir); err != nil {
-			syg.skip = "not run: " + err.Error()
-		} else {
-			logf("starting switchyard run --loopback-grpc")
-			if sygProc, err = startSwitchyard(ctx, o.bin, cfg, dir, tmp, "switchyard-grpc", port, 0,
-				"--loopback-grpc", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort)); err != nil {
-				syg.skip = "not run: switchyard --loopback-grpc did not start: " + err.Error()
-			} else {
-				syg.proc = sygProc
-				base := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
-				syg.burst = endpoint{base, bearer(k), "bench/chat"}
-				syg.paced = endpoint{base, bearer(k), "bench/paced"}
-			}
-		}
-	}
-
 	r.systems = []*system{direct, nginx, portkey, sy, syg}
 	maxConc := 1
 	for _, c := range o.conc {
 		maxConc = max(maxConc, c)
 	}
-	for _, s := range r.systems {
-		if s.skip != "" {
-			logf("%s: %s", s.name, s.skip)
-			continue
-		}
-		s.prepare(max(maxConc, 64))
-		// One request each, so a misconfigured system is reported rather
-		// than measured as errors.
-		if _, err := doOneSimple(ctx, s); err != nil {
-			s.skip = "not run: smoke request failed: " + err.Error()
-			logf("%s: %s", s.name, s.skip)
-		}
-	}
+	smokeTest(ctx, r.systems, max(maxConc, 64))
 	if direct.skip != "" {
 		return fmt.Errorf("the fake upstream itself does not answer: %s", direct.skip)
 	}
@@ -293,39 +174,10 @@ func benchmark(ctx context.Context, o *options) error {
 		r.streams = runStreaming(ctx, o, r.systems)
 	}
 	// The later phases run on switchyard alone.
-	if sygProc != nil {
-		sygProc.stop()
+	if syg.proc != nil {
+		syg.proc.stop()
 	}
-
-	if syProc != nil && sy.skip == "" && !o.phases["profiles"] && !o.phases["memory"] && !o.phases["batch"] {
-		syProc.stop()
-		r.batch = batchResult{Skip: "not run: left out with -phases"}
-	} else if syProc != nil && sy.skip == "" {
-		if o.phases["profiles"] {
-			r.profiles = runProfiles(ctx, o, sy, pprofPort, tmp)
-		}
-		if m, err := readMem(syProc.pid()); err == nil {
-			r.memory = append(r.memory, memRow{"process of the latency, streaming and profile runs (non-streaming up to concurrency " + strconv.Itoa(maxConc) + ")", m, 0, 0})
-		}
-		if !o.phases["batch"] {
-			r.batch = batchResult{Skip: "not run: left out with -phases"}
-		} else if ok, why := probeBatches(ctx, fmt.Sprintf("http://127.0.0.1:%d", syPort), key); ok {
-			r.batchImplemented = true
-		} else {
-			r.batch = batchNotRun(why)
-			logf("batch: %s", r.batch.Skip)
-		}
-		syProc.stop()
-		cfgFor := func(port int) string { return switchyardConfig(port, fakePort, pacedPort) }
-		if o.phases["memory"] {
-			r.memory = append(r.memory, runMemory(ctx, o, sy, cfgFor, dataDir, tmp)...)
-		}
-		if r.batchImplemented {
-			r.batch = runBatchPhase(ctx, o, cfgFor, dataDir, key, tmp)
-		}
-	} else {
-		r.batch = batchResult{Skip: "not run: switchyard did not run"}
-	}
+	b.runSwitchyardPhases(sy, maxConc)
 	if o.phases["promptcache"] {
 		// Its own fakes and switchyard, after the others have stopped
 		// loading the machine.
@@ -342,6 +194,207 @@ func benchmark(ctx context.Context, o *options) error {
 	}
 	r.elapsed = time.Since(startTime)
 	return r.write()
+}
+
+// bench is what starting the systems shares: the run's options and report,
+// its temporary directory and the fake upstreams' ports.
+type bench struct {
+	ctx                 context.Context
+	o                   *options
+	r                   *report
+	tmp                 string
+	fakePort, pacedPort int
+
+	// Switchyard's port, profile port, data directory and key, for the
+	// phases run on it alone.
+	syPort, pprofPort int
+	dataDir, key      string
+}
+
+func fakeBase(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/v1", port) }
+
+func bearer(k string) http.Header {
+	return http.Header{"Authorization": {"Bearer " + k}, "Content-Type": {"application/json"}}
+}
+
+// startNginx starts nginx, the floor, in front of the fake upstreams.
+func (b *bench) startNginx() *system {
+	nginx := &system{name: "nginx"}
+	if !b.o.systems["nginx"] {
+		nginx.skip = "not run: left out with -systems"
+	} else if bin, v, err := ensureNginx(b.ctx); err != nil {
+		nginx.skip = "not run: could not install nginx: " + err.Error()
+	} else {
+		b.r.machine.versions = append(b.r.machine.versions, kv{"nginx", v})
+		p1, _ := freePort()
+		p2, _ := freePort()
+		logf("starting nginx %s", v)
+		if p, err := startNginx(b.ctx, bin, filepath.Join(b.tmp, "nginx"), []int{p1, p2}, []int{b.fakePort, b.pacedPort}); err != nil {
+			nginx.skip = "not run: nginx did not start: " + err.Error()
+		} else {
+			nginx.proc = p
+			nginx.burst = endpoint{fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p1), bearer(fakeKey), "fake-chat-1"}
+			nginx.paced = endpoint{fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p2), bearer(fakeKey), "fake-chat-1"}
+		}
+	}
+	return nginx
+}
+
+// startPortkey starts the Portkey gateway, the peer.
+func (b *bench) startPortkey() *system {
+	portkey := &system{name: "portkey"}
+	if !b.o.systems["portkey"] {
+		portkey.skip = "not run: left out with -systems"
+	} else if dir, v, err := ensurePortkey(b.ctx, b.o.cache); err != nil {
+		portkey.skip = "not run: could not install " + portkeySpec + ": " + err.Error()
+	} else {
+		b.r.machine.versions = append(b.r.machine.versions, kv{"portkey gateway", v + " (" + portkeyPackage +
+			" from npm, with @hono/node-server " + honoNodeServerPin + ": see Systems)"})
+		port, _ := freePort()
+		logf("starting the Portkey gateway %s", v)
+		if p, err := startPortkey(b.ctx, dir, b.tmp, port); err != nil {
+			portkey.skip = "not run: the Portkey gateway did not start: " + err.Error()
+		} else {
+			portkey.proc = p
+			h := func(up int) http.Header {
+				x := bearer(fakeKey)
+				x.Set("x-portkey-provider", "openai")
+				x.Set("x-portkey-custom-host", fakeBase(up))
+				return x
+			}
+			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+			portkey.burst = endpoint{url, h(b.fakePort), "fake-chat-1"}
+			portkey.paced = endpoint{url, h(b.pacedPort), "fake-chat-1"}
+		}
+	}
+	return portkey
+}
+
+// startSwitchyard starts switchyard run with its profile endpoint.
+func (b *bench) startSwitchyard() (*system, error) {
+	sy := &system{name: "switchyard"}
+	b.syPort, _ = freePort()
+	b.pprofPort, _ = freePort()
+	cfgPath := filepath.Join(b.tmp, "switchyard.yaml")
+	b.dataDir = filepath.Join(b.tmp, "data")
+	if err := os.WriteFile(cfgPath, []byte(switchyardConfig(b.syPort, b.fakePort, b.pacedPort)), 0o644); err != nil {
+		return nil, err
+	}
+	b.r.syConfig = switchyardConfig(b.syPort, b.fakePort, b.pacedPort)
+	var err error
+	if !b.o.systems["switchyard"] {
+		sy.skip = "not run: left out with -systems"
+	} else if b.key, err = createKey(b.ctx, b.o.bin, cfgPath, b.dataDir); err != nil {
+		sy.skip = "not run: " + err.Error()
+	} else {
+		logf("starting switchyard run")
+		if sy.proc, err = startSwitchyard(b.ctx, b.o.bin, cfgPath, b.dataDir, b.tmp, "switchyard", b.syPort, b.pprofPort); err != nil {
+			sy.proc = nil
+			sy.skip = "not run: switchyard did not start: " + err.Error()
+		} else {
+			base := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", b.syPort)
+			sy.burst = endpoint{base, bearer(b.key), "bench/chat"}
+			sy.paced = endpoint{base, bearer(b.key), "bench/paced"}
+		}
+	}
+	return sy, nil
+}
+
+// startSwitchyardGRPC starts switchyard with --loopback-grpc: its data plane
+// reaches ext_proc and the rate limit service over loopback TCP gRPC, as
+// Envoy reaches an ext_proc server in a deployment (`switchyard run` by
+// default uses an in-process channel). A second process, on its own port,
+// data directory, key and admin port, with no profile endpoint; the same
+// configuration but for the listener. It runs alongside switchyard in the
+// latency and streaming phases only.
+func (b *bench) startSwitchyardGRPC() (*system, error) {
+	syg := &system{name: "switchyard-grpc"}
+	if !b.o.systems["switchyard-grpc"] {
+		syg.skip = "not run: left out with -systems"
+		return syg, nil
+	}
+	if !b.o.phases["latency"] && !b.o.phases["streaming"] {
+		syg.skip = "not run: measured only in the latency and streaming phases, left out with -phases"
+		return syg, nil
+	}
+	port, _ := freePort()
+	adminPort, _ := freePort()
+	cfg := filepath.Join(b.tmp, "switchyard-grpc.yaml")
+	dir := filepath.Join(b.tmp, "data-grpc")
+	if err := os.WriteFile(cfg, []byte(switchyardConfig(port, b.fakePort, b.pacedPort)), 0o644); err != nil {
+		return nil, err
+	}
+	k, err := createKey(b.ctx, b.o.bin, cfg, dir)
+	if err != nil {
+		syg.skip = "not run: " + err.Error()
+		return syg, nil
+	}
+	logf("starting switchyard run --loopback-grpc")
+	if syg.proc, err = startSwitchyard(b.ctx, b.o.bin, cfg, dir, b.tmp, "switchyard-grpc", port, 0,
+		"--loopback-grpc", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort)); err != nil {
+		syg.proc = nil
+		syg.skip = "not run: switchyard --loopback-grpc did not start: " + err.Error()
+		return syg, nil
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
+	syg.burst = endpoint{base, bearer(k), "bench/chat"}
+	syg.paced = endpoint{base, bearer(k), "bench/paced"}
+	return syg, nil
+}
+
+// smokeTest sends one request to each system that runs, so a misconfigured
+// system is reported rather than measured as errors; conns is the most
+// connections a system will be asked for.
+func smokeTest(ctx context.Context, systems []*system, conns int) {
+	for _, s := range systems {
+		if s.skip != "" {
+			logf("%s: %s", s.name, s.skip)
+			continue
+		}
+		s.prepare(conns)
+		if _, err := doOneSimple(ctx, s); err != nil {
+			s.skip = "not run: smoke request failed: " + err.Error()
+			logf("%s: %s", s.name, s.skip)
+		}
+	}
+}
+
+// runSwitchyardPhases runs the phases measured on switchyard alone (profiles,
+// memory, batch), then stops it.
+func (b *bench) runSwitchyardPhases(sy *system, maxConc int) {
+	ctx, o, r := b.ctx, b.o, b.r
+	syProc := sy.proc
+	switch {
+	case syProc == nil || sy.skip != "":
+		r.batch = batchResult{Skip: "not run: switchyard did not run"}
+		return
+	case !o.phases["profiles"] && !o.phases["memory"] && !o.phases["batch"]:
+		syProc.stop()
+		r.batch = batchResult{Skip: "not run: left out with -phases"}
+		return
+	}
+	if o.phases["profiles"] {
+		r.profiles = runProfiles(ctx, o, sy, b.pprofPort, b.tmp)
+	}
+	if m, err := readMem(syProc.pid()); err == nil {
+		r.memory = append(r.memory, memRow{"process of the latency, streaming and profile runs (non-streaming up to concurrency " + strconv.Itoa(maxConc) + ")", m, 0, 0})
+	}
+	if !o.phases["batch"] {
+		r.batch = batchResult{Skip: "not run: left out with -phases"}
+	} else if ok, why := probeBatches(ctx, fmt.Sprintf("http://127.0.0.1:%d", b.syPort), b.key); ok {
+		r.batchImplemented = true
+	} else {
+		r.batch = batchNotRun(why)
+		logf("batch: %s", r.batch.Skip)
+	}
+	syProc.stop()
+	cfgFor := func(port int) string { return switchyardConfig(port, b.fakePort, b.pacedPort) }
+	if o.phases["memory"] {
+		r.memory = append(r.memory, runMemory(ctx, o, sy, cfgFor, b.dataDir, b.tmp)...)
+	}
+	if r.batchImplemented {
+		r.batch = runBatchPhase(ctx, o, cfgFor, b.dataDir, b.key, b.tmp)
+	}
 }
 
 // doOneSimple is a single non-streaming request, as a smoke test.

@@ -154,7 +154,7 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		sel.prevHosts, sel.prevPriorities, sel.maxHostTries = policy.prevHosts, policy.prevPriorities, policy.maxHostTries
 	}
 	for retries := 0; ; {
-		member, ep, priority := c.choose(sel, time.Now())
+		member, ep, priority := c.choose(sel, c.clock())
 		if ep == nil {
 			return s.localResponse(apierror.Server(http.StatusServiceUnavailable, "no_healthy_upstream", "No upstream is available."), "no_healthy_upstream")
 		}
@@ -273,7 +273,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 			acancel()
 		case timedOut.Load():
 			a.kind = failPerTryTimeout
-			c.report(ep, outcomeTimeout, time.Now(), s.log)
+			c.report(ep, outcomeTimeout, c.clock(), s.log)
 		case ctx.Err() != nil || s.r.Context().Err() != nil:
 			// The whole request ended (its timeout, the client): no retry.
 			a.done, a.resp = true, s.upstreamFailure(err)
@@ -281,10 +281,10 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 			acancel()
 		case errors.As(err, &ce):
 			a.kind = failConnect
-			c.report(ep, outcomeConnectFailure, time.Now(), s.log)
+			c.report(ep, outcomeConnectFailure, c.clock(), s.log)
 		default:
 			a.kind = failReset
-			c.report(ep, outcomeReset, time.Now(), s.log)
+			c.report(ep, outcomeReset, c.clock(), s.log)
 		}
 		return a
 	}
@@ -388,7 +388,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	if err != nil {
 		return fail(err)
 	}
-	c.report(ep, upResp.StatusCode, time.Now(), s.log)
+	c.report(ep, upResp.StatusCode, c.clock(), s.log)
 	s.idle.touch() // the response head is activity, as in Envoy
 	rh := headerMap{{hdrStatus, strconv.Itoa(upResp.StatusCode)}}
 	rh.appendHTTPHeader(upResp.Header)

@@ -65,6 +65,9 @@ type Options struct {
 	// snapshot whose failover order starts in that region. Empty: no
 	// locality, and the control plane's configured region applies.
 	Region string
+	// Clock is outlier detection's clock (ejections and their ends); nil:
+	// time.Now. Tests move it instead of waiting out an ejection.
+	Clock Clock
 }
 
 // Resources is one complete, consistent configuration.

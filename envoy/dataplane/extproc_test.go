@@ -380,6 +380,10 @@ func TestBodyRewriteContentLength(t *testing.T) {
 }
 
 func TestProcessorFailures(t *testing.T) {
+	// stalled is closed when the test ends: a processor waiting on it never
+	// answers in time, however slow the machine.
+	stalled := make(chan struct{})
+	t.Cleanup(func() { close(stalled) })
 	tests := []struct {
 		name       string
 		config     func(*extprocfilterv3.ExternalProcessor)
@@ -390,7 +394,7 @@ func TestProcessorFailures(t *testing.T) {
 		{"message_timeout gives 504",
 			func(c *extprocfilterv3.ExternalProcessor) { c.MessageTimeout = durationpb.New(50 * time.Millisecond) },
 			func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-				time.Sleep(300 * time.Millisecond)
+				<-stalled
 				return continueAll(req)
 			}, 504, "ext_proc_message_timeout"},
 		{"gRPC error gives 500",
@@ -566,7 +570,7 @@ func TestStreamedTimeoutAfterHeadersResets(t *testing.T) {
 			r.ModeOverride = &extprocfilterv3.ProcessingMode{ResponseBodyMode: extprocfilterv3.ProcessingMode_STREAMED}
 			return r, nil
 		case req.GetResponseBody() != nil:
-			time.Sleep(500 * time.Millisecond)
+			<-release // no answer before the message timeout
 		}
 		return routeToModel(testModel)(req)
 	})

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -346,6 +347,7 @@ type foOpts struct {
 	outlier      *clusterv3.OutlierDetection
 	upstreamProc bool
 	bufferLimit  uint32
+	clock        func() time.Time // Options.Clock
 }
 
 const upstreamProcCluster = "upstream_proc"
@@ -363,7 +365,7 @@ func newFoEnv(t *testing.T, handlers map[string]http.HandlerFunc, o foOpts) *foE
 	t.Cleanup(g.Stop)
 	_, downstreamProc := startProc(t)
 	e.dp = New(Options{Logger: slog.New(e.logs), StaticClusters: map[string]string{
-		catalog.ExtProcCluster: downstreamProc, upstreamProcCluster: lis.Addr().String()}})
+		catalog.ExtProcCluster: downstreamProc, upstreamProcCluster: lis.Addr().String()}, Clock: o.clock})
 	t.Cleanup(func() { _ = e.dp.Close() })
 
 	var clusters []*clusterv3.Cluster
@@ -571,18 +573,43 @@ func TestFailover(t *testing.T) {
 // failing upstream ends the client's event stream with an error event
 // (cutEventStream); nothing is retried.
 func TestNoRetryAfterResponseStarted(t *testing.T) {
+	// a fails once the client has read its first event: the response has
+	// started, however long the way there took.
+	firstRead := make(chan struct{})
 	e := newFoEnv(t, map[string]http.HandlerFunc{
 		"a": func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("content-type", "text/event-stream")
 			w.WriteHeader(200)
 			_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
 			http.NewResponseController(w).Flush()
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-firstRead:
+			case <-time.After(10 * time.Second): // the event never arrived: the checks below say so
+			}
 			reset(w, nil)
 		},
 		"b": answer(200, `{"from":"b"}`),
 	}, foOpts{})
-	resp, body, err := e.post(`{}`)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+e.dp.Addr(testListener).String()+"/v1/chat/completions", strings.NewReader(`{}`))
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var body []byte
+	for !bytes.HasSuffix(body, []byte("\n\n")) && err == nil {
+		var line []byte
+		line, err = br.ReadBytes('\n')
+		body = append(body, line...)
+	}
+	close(firstRead)
+	if err == nil {
+		var rest []byte
+		rest, err = io.ReadAll(br)
+		body = append(body, rest...)
+	}
 	if err != nil || !strings.HasPrefix(string(body), "data: {\"n\":1}\n\nevent: error\ndata: {\"error\":") ||
 		!strings.Contains(string(body), "upstream_reset_after_response_started") {
 		t.Fatalf("the truncated stream: %v %s, want the first event then an error event", err, body)
@@ -600,6 +627,12 @@ func TestNoRetryAfterResponseStarted(t *testing.T) {
 // back in after base_ejection_time, and serves again once healthy.
 func TestOutlierEjectionAndProbe(t *testing.T) {
 	var healthy atomic.Bool
+	// Outlier detection runs on a clock the test moves: the ejection lasts
+	// however long the requests take on a loaded machine.
+	var clockMu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock() }
 	e := newFoEnv(t, map[string]http.HandlerFunc{
 		"a": func(w http.ResponseWriter, r *http.Request) {
 			if healthy.Load() {
@@ -616,7 +649,7 @@ func TestOutlierEjectionAndProbe(t *testing.T) {
 		Interval:                           durationpb.New(20 * time.Millisecond),
 		BaseEjectionTime:                   durationpb.New(300 * time.Millisecond),
 		MaxEjectionPercent:                 wrapperspb.UInt32(100),
-	}})
+	}, clock: now})
 	ask := func() string {
 		t.Helper()
 		resp, body, err := e.post(`{}`)
@@ -630,19 +663,20 @@ func TestOutlierEjectionAndProbe(t *testing.T) {
 			t.Fatalf("request %d: %s", i, got)
 		}
 	}
-	ejectedAt := time.Now()
 	if e.seen("a") != 3 {
 		t.Fatalf("a saw %d attempts, want 3", e.seen("a"))
 	}
 	for range 5 {
 		ask()
 	}
-	if time.Since(ejectedAt) < 300*time.Millisecond && e.seen("a") != 3 {
+	advance(299 * time.Millisecond)
+	ask()
+	if e.seen("a") != 3 {
 		t.Fatalf("a saw %d attempts while ejected", e.seen("a"))
 	}
 	// Probed back in after the ejection time; still failing, the request
 	// still gets b's answer.
-	time.Sleep(time.Until(ejectedAt.Add(350 * time.Millisecond)))
+	advance(51 * time.Millisecond)
 	ask()
 	if e.seen("a") != 4 {
 		t.Fatalf("a saw %d attempts after the ejection time, want 4 (probed)", e.seen("a"))

@@ -158,7 +158,11 @@ func TestRateLimitStreamDone(t *testing.T) {
 			// The call is made as the request finishes, after the client
 			// has its response.
 			if !tt.wantCall {
-				time.Sleep(50 * time.Millisecond)
+				// Close returns once every finished request's stream-done
+				// work (where the call would be made) is over.
+				if err := e.dp.Close(); err != nil {
+					t.Fatal(err)
+				}
 				if got := rls.all(); len(got) != 0 {
 					t.Fatalf("unexpected call: %v", got)
 				}

@@ -41,9 +41,13 @@ const (
 	protoAuto // ALPN over TLS, HTTP/1.1 in clear text
 )
 
+// Clock tells the time (Options.Clock).
+type Clock func() time.Time
+
 // cluster is a compiled Cluster with its endpoints.
 type cluster struct {
 	name           string
+	now            Clock // outlier detection's clock (Options.Clock)
 	connectTimeout time.Duration
 	idleTimeout    time.Duration
 	tls            *tls.Config
@@ -88,8 +92,16 @@ type priorityLevel struct {
 // pick chooses an endpoint for a request without retry state: round robin
 // within the lowest priority that has healthy endpoints (see choose).
 func (c *cluster) pick() *endpoint {
-	_, ep, _ := c.choose(nil, time.Now())
+	_, ep, _ := c.choose(nil, c.clock())
 	return ep
+}
+
+// clock is the time for outlier detection.
+func (c *cluster) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
 }
 
 // connectError marks a failure to establish the upstream connection (TCP or
@@ -103,6 +115,7 @@ func (d *DataPlane) compileCluster(c *clusterv3.Cluster, assignments map[string]
 	from := fmt.Sprintf("cluster %q", c.GetName())
 	out := &cluster{
 		name:           c.GetName(),
+		now:            d.opts.Clock,
 		connectTimeout: defaultConnectTimeout,
 		idleTimeout:    defaultUpstreamIdle,
 		panic:          true,

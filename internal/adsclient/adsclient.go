@@ -74,6 +74,12 @@ type Client struct {
 	// Tunable in tests.
 	minBackoff, maxBackoff         time.Duration
 	minNackBackoff, maxNackBackoff time.Duration
+	// now is the NACK backoff's clock (time.Now); deferred, when set, is
+	// told each time the sender holds requests back, and for how long:
+	// tests move the clock and wait for the sender's decisions instead of
+	// counting requests in a wall-clock window.
+	now      func() time.Time
+	deferred func(wait time.Duration)
 
 	running atomic.Bool
 	// kick wakes the sender of the live stream; it holds at most one signal,
@@ -121,6 +127,7 @@ func New(cc grpc.ClientConnInterface, node *corev3.Node, logger *slog.Logger) *C
 		maxBackoff:     defaultMaxBackoff,
 		minNackBackoff: defaultMinNackBackoff,
 		maxNackBackoff: defaultMaxNackBackoff,
+		now:            time.Now,
 		kick:           make(chan struct{}, 1),
 		subs:           map[string]*subscription{},
 		synced:         make(chan struct{}),
@@ -292,6 +299,9 @@ func (c *Client) sendLoop(ctx context.Context, stream discoveryv3.AggregatedDisc
 			timer <-chan time.Time
 		)
 		if wait > 0 {
+			if c.deferred != nil {
+				c.deferred(wait)
+			}
 			t = time.NewTimer(wait)
 			timer = t.C
 		}
@@ -316,7 +326,7 @@ func (c *Client) sendLoop(ctx context.Context, stream discoveryv3.AggregatedDisc
 func (c *Client) takePending(first bool) (reqs []*discoveryv3.DiscoveryRequest, wait time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
+	now := c.now()
 	for _, typeURL := range c.order {
 		s := c.subs[typeURL]
 		if !s.pending || s.handling {
@@ -389,7 +399,7 @@ func (c *Client) handle(ctx context.Context, resp *discoveryv3.DiscoveryResponse
 		// does not become a busy loop. A new version is answered at once.
 		if s.nacks > 1 {
 			d := c.minNackBackoff << min(s.nacks-2, 16)
-			s.notBefore = time.Now().Add(min(d, c.maxNackBackoff))
+			s.notBefore = c.now().Add(min(d, c.maxNackBackoff))
 		}
 	}
 	c.signal()

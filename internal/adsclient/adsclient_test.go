@@ -387,16 +387,46 @@ func TestNACKBackoff(t *testing.T) {
 	})
 	c := newClient(t, srv.addr)
 	c.minNackBackoff, c.maxNackBackoff = 200*time.Millisecond, 400*time.Millisecond
+	// The backoff runs on a clock the test moves; the sender says when it
+	// holds the NACK back.
+	var clockMu sync.Mutex
+	clock := time.Now()
+	c.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock(); c.signal() }
+	deferred := make(chan time.Duration, 64)
+	c.deferred = func(wait time.Duration) {
+		select {
+		case deferred <- wait:
+		default: // the test checks the first few only
+		}
+	}
 	rts := newSink()
 	rts.reject = func(int, update) error { return errors.New("always bad") }
 	c.Watch(resourcev3.RuntimeType, nil, rts.handler)
 	run(t, c)
 
-	waitFor(t, "first NACK", func() bool { return rts.count() >= 1 })
-	time.Sleep(time.Second)
-	// Immediate, +200ms, +400ms, +400ms: about 4 in a second, not thousands.
-	if n := rts.count(); n < 2 || n > 6 {
-		t.Errorf("handler calls in ~1s of NACKs = %d, want 2..6", n)
+	// The first NACK goes out at once, and the server resends at once; each
+	// repeat after that waits a backoff doubling up to the maximum, and
+	// nothing is sent (so the handler is not called again) until the clock
+	// has moved that far.
+	var prev time.Duration
+	for i, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond} {
+		select {
+		case wait := <-deferred:
+			for wait == prev && wait != want {
+				wait = <-deferred // the sender's timer ran out before the clock moved: held back again
+			}
+			prev = want
+			if wait != want {
+				t.Fatalf("repeat NACK %d held back %v, want %v", i+2, wait, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("repeat NACK %d was not held back", i+2)
+		}
+		if n := rts.count(); n != i+2 {
+			t.Fatalf("handler calls while NACK %d is held back = %d, want %d", i+2, n, i+2)
+		}
+		advance(want)
 	}
 	select {
 	case <-c.Synced():
@@ -406,6 +436,7 @@ func TestNACKBackoff(t *testing.T) {
 
 	// A fixed version is answered immediately... once the delayed NACK lets
 	// the server send it.
+	advance(time.Hour)
 	rts.mu.Lock()
 	rts.reject = nil
 	rts.mu.Unlock()
@@ -467,13 +498,19 @@ func TestWatchChangesNames(t *testing.T) {
 		t.Errorf("d = %q", u.values["d"])
 	}
 
-	// Watching the same names again sends nothing.
+	// Watching the same names again sends nothing: it leaves no request
+	// pending, and the next request on the stream (which keeps the order
+	// they were sent in) is the one a changed Watch sends after it.
 	waitFor(t, "ACK of v2", func() bool { return srv.rec.acked(resourcev3.RuntimeType, "v2") })
 	before := len(srv.rec.requests(resourcev3.RuntimeType))
 	c.Watch(resourcev3.RuntimeType, []string{"d", "a"}, nil)
-	time.Sleep(100 * time.Millisecond)
-	if after := len(srv.rec.requests(resourcev3.RuntimeType)); after != before {
-		t.Errorf("an unchanged Watch sent %d requests", after-before)
+	if reqs, _ := c.takePending(false); len(reqs) > 0 {
+		t.Errorf("an unchanged Watch left %d requests to send", len(reqs))
+	}
+	c.Watch(resourcev3.RuntimeType, []string{"d", "a", "e"}, nil)
+	waitFor(t, "the changed Watch's request", func() bool { return len(srv.rec.requests(resourcev3.RuntimeType)) > before })
+	if next := srv.rec.requests(resourcev3.RuntimeType)[before]; !slices.Contains(next.GetResourceNames(), "e") {
+		t.Errorf("an unchanged Watch sent a request: %v", next.GetResourceNames())
 	}
 }
 
@@ -530,7 +567,7 @@ func TestRunBeforeServer(t *testing.T) {
 	rts := newSink()
 	c.Watch(resourcev3.RuntimeType, []string{"r"}, rts.handler)
 	run(t, c)
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "Run to start", c.running.Load)
 
 	srv := startServer(t, addr)
 	srv.set(t, "1", map[resourcev3.Type][]types.Resource{resourcev3.RuntimeType: {runtimeRes("r", "x")}})

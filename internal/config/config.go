@@ -408,6 +408,19 @@ func (c *Config) applyDefaults() {
 	}
 	c.applyDeployDefaults()
 	c.applyStorageDefaults()
+	c.applyLimitDefaults()
+	for i := range c.Providers {
+		if c.Providers[i].Region == "" {
+			c.Providers[i].Region = c.Region
+		}
+	}
+	for i := range c.Models {
+		c.Models[i].applyDefaults(c.Limits)
+	}
+	c.applyTierDefaults()
+}
+
+func (c *Config) applyLimitDefaults() {
 	if c.Limits.MaxRequestBodyBytes == 0 {
 		c.Limits.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
 	}
@@ -442,34 +455,36 @@ func (c *Config) applyDefaults() {
 	if c.OutlierDetection.BaseEjectionTime == 0 {
 		c.OutlierDetection.BaseEjectionTime = DefaultBaseEjectionTime
 	}
-	for i := range c.Providers {
-		if c.Providers[i].Region == "" {
-			c.Providers[i].Region = c.Region
+}
+
+// applyDefaults fills a model's unset fields; its timeouts default to the
+// gateway-wide limits.
+func (m *Model) applyDefaults(limits Limits) {
+	if m.ContextWindow == 0 {
+		m.ContextWindow = DefaultContextWindow
+	}
+	if len(m.Capabilities) == 0 {
+		m.Capabilities = []string{"chat", "tools"}
+	}
+	if m.Routing == "" {
+		m.Routing = RoutingPriority
+	}
+	if m.FirstByteTimeout == 0 {
+		m.FirstByteTimeout = limits.FirstByteTimeout
+	}
+	if m.IdleTimeout == 0 {
+		m.IdleTimeout = limits.ModelIdleTimeout
+	}
+	for j := range m.Providers {
+		if m.Providers[j].Weight == 0 {
+			m.Providers[j].Weight = 1
 		}
 	}
-	for i := range c.Models {
-		m := &c.Models[i]
-		if m.ContextWindow == 0 {
-			m.ContextWindow = DefaultContextWindow
-		}
-		if len(m.Capabilities) == 0 {
-			m.Capabilities = []string{"chat", "tools"}
-		}
-		if m.Routing == "" {
-			m.Routing = RoutingPriority
-		}
-		if m.FirstByteTimeout == 0 {
-			m.FirstByteTimeout = c.Limits.FirstByteTimeout
-		}
-		if m.IdleTimeout == 0 {
-			m.IdleTimeout = c.Limits.ModelIdleTimeout
-		}
-		for j := range m.Providers {
-			if m.Providers[j].Weight == 0 {
-				m.Providers[j].Weight = 1
-			}
-		}
-	}
+}
+
+// applyTierDefaults adds the built-in tiers the config leaves out and fills
+// every tier's unset fields.
+func (c *Config) applyTierDefaults() {
 	if c.Tiers == nil {
 		c.Tiers = map[string]Tier{}
 	}
@@ -524,6 +539,7 @@ func (c *Config) Model(id string) (*Model, bool) {
 var (
 	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	modelIDRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 type validator struct {
@@ -600,14 +616,32 @@ func (v *validator) check(c *Config) {
 	v.checkDeploy(c)
 	v.checkTools(c)
 	v.checkStorage(c)
-	if len(c.Listeners) == 0 {
+	v.checkListeners(c.Listeners)
+	v.checkLimits(c)
+	v.checkDemoUpstreams(c.DemoUpstreams)
+	providers := v.checkProviders(c.Providers)
+	v.checkModels(c.Models, providers)
+	v.checkTiers(c.Tiers)
+}
+
+// checkName reports a name that is not a lower-case name at path.
+func (v *validator) checkName(name string, path ...any) bool {
+	if !nameRE.MatchString(name) {
+		v.fail("must be a lower-case name ([a-z0-9_-])", path...)
+		return false
+	}
+	return true
+}
+
+func (v *validator) checkListeners(listeners []Listener) {
+	if len(listeners) == 0 {
 		v.fail("at least one listener is required", "listeners")
 	}
+	// seen holds listener names ("l:") and bound addresses ("a:"), the
+	// admin addresses checked against both listeners' addresses.
 	seen := map[string]bool{}
-	for i, l := range c.Listeners {
-		if !nameRE.MatchString(l.Name) {
-			v.fail("must be a lower-case name ([a-z0-9_-])", "listeners", i, "name")
-		} else if seen["l:"+l.Name] {
+	for i, l := range listeners {
+		if v.checkName(l.Name, "listeners", i, "name") && seen["l:"+l.Name] {
 			v.fail(fmt.Sprintf("duplicate listener %q", l.Name), "listeners", i, "name")
 		}
 		seen["l:"+l.Name] = true
@@ -624,18 +658,25 @@ func (v *validator) check(c *Config) {
 			v.fail("cert_file and key_file are both required", "listeners", i, "tls")
 		}
 		if l.AdminAddress != "" {
-			switch host, _, err := net.SplitHostPort(l.AdminAddress); {
-			case i > 0:
-				v.fail("only the first listener has an admin address", "listeners", i, "admin_address")
-			case err != nil:
-				v.fail("must be host:port", "listeners", i, "admin_address")
-			case host != "localhost" && net.ParseIP(host) == nil:
-				v.fail("host must be an IP address (or localhost)", "listeners", i, "admin_address")
-			case seen["a:"+l.AdminAddress]:
-				v.fail(fmt.Sprintf("duplicate address %q", l.AdminAddress), "listeners", i, "admin_address")
-			}
+			v.checkAdminAddress(i, l.AdminAddress, seen)
 		}
 	}
+}
+
+func (v *validator) checkAdminAddress(i int, addr string, seen map[string]bool) {
+	switch host, _, err := net.SplitHostPort(addr); {
+	case i > 0:
+		v.fail("only the first listener has an admin address", "listeners", i, "admin_address")
+	case err != nil:
+		v.fail("must be host:port", "listeners", i, "admin_address")
+	case host != "localhost" && net.ParseIP(host) == nil:
+		v.fail("host must be an IP address (or localhost)", "listeners", i, "admin_address")
+	case seen["a:"+addr]:
+		v.fail(fmt.Sprintf("duplicate address %q", addr), "listeners", i, "admin_address")
+	}
+}
+
+func (v *validator) checkLimits(c *Config) {
 	if c.Limits.MaxRequestBodyBytes < 1024 {
 		v.fail("must be at least 1024", "limits", "max_request_body_bytes")
 	}
@@ -655,10 +696,11 @@ func (v *validator) check(c *Config) {
 	if od := c.OutlierDetection; od.ConsecutiveFailures < 1 || od.Interval < time.Millisecond || od.BaseEjectionTime < time.Millisecond {
 		v.fail("consecutive_failures must be at least 1, interval and base_ejection_time at least 1ms", "outlier_detection")
 	}
-	for i, d := range c.DemoUpstreams {
-		if !nameRE.MatchString(d.Name) {
-			v.fail("must be a lower-case name ([a-z0-9_-])", "demo_upstreams", i, "name")
-		}
+}
+
+func (v *validator) checkDemoUpstreams(demos []DemoUpstream) {
+	for i, d := range demos {
+		v.checkName(d.Name, "demo_upstreams", i, "name")
 		if !contains(DemoKinds, d.Kind) {
 			v.fail(fmt.Sprintf("must be one of %v", DemoKinds), "demo_upstreams", i, "kind")
 		}
@@ -668,43 +710,53 @@ func (v *validator) check(c *Config) {
 			v.fail("demo upstreams listen on loopback only", "demo_upstreams", i, "listen")
 		}
 	}
+}
+
+// checkProviders returns the set of provider names, against which the
+// models' providers are checked.
+func (v *validator) checkProviders(ps []Provider) map[string]bool {
 	providers := map[string]bool{}
-	for i, p := range c.Providers {
-		switch {
-		case !nameRE.MatchString(p.Name):
-			v.fail("must be a lower-case name ([a-z0-9_-])", "providers", i, "name")
-		case providers[p.Name]:
+	for i, p := range ps {
+		if v.checkName(p.Name, "providers", i, "name") && providers[p.Name] {
 			v.fail(fmt.Sprintf("duplicate provider %q", p.Name), "providers", i, "name")
 		}
 		providers[p.Name] = true
-		if !contains(ProviderKinds, p.Kind) {
-			v.fail(fmt.Sprintf("must be one of %v", ProviderKinds), "providers", i, "kind")
-		}
-		if u, err := url.Parse(p.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.fail("must be an http or https URL with a host", "providers", i, "base_url")
-		} else if u.RawQuery != "" || u.Fragment != "" {
-			v.fail("must not have a query or fragment", "providers", i, "base_url")
-		}
-		if p.APIKeyEnv != "" && !regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`).MatchString(p.APIKeyEnv) {
-			v.fail("must be an environment variable name", "providers", i, "api_key_env")
-		}
-		if !contains(Regions, p.Region) {
-			v.fail(fmt.Sprintf("must be one of %v", Regions), "providers", i, "region")
-		}
-		for j, h := range p.ForwardHeaders {
-			switch {
-			case !headerNameRE.MatchString(h):
-				v.fail("must be a lower-case header name", "providers", i, "forward_headers", j)
-			case contains(neverForwarded, h) || strings.HasPrefix(h, "x-switchyard-"):
-				v.fail(fmt.Sprintf("%s is never forwarded to a provider", h), "providers", i, "forward_headers", j)
-			}
+		v.checkProvider(i, p)
+	}
+	return providers
+}
+
+func (v *validator) checkProvider(i int, p Provider) {
+	if !contains(ProviderKinds, p.Kind) {
+		v.fail(fmt.Sprintf("must be one of %v", ProviderKinds), "providers", i, "kind")
+	}
+	if u, err := url.Parse(p.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.fail("must be an http or https URL with a host", "providers", i, "base_url")
+	} else if u.RawQuery != "" || u.Fragment != "" {
+		v.fail("must not have a query or fragment", "providers", i, "base_url")
+	}
+	if p.APIKeyEnv != "" && !envNameRE.MatchString(p.APIKeyEnv) {
+		v.fail("must be an environment variable name", "providers", i, "api_key_env")
+	}
+	if !contains(Regions, p.Region) {
+		v.fail(fmt.Sprintf("must be one of %v", Regions), "providers", i, "region")
+	}
+	for j, h := range p.ForwardHeaders {
+		switch {
+		case !headerNameRE.MatchString(h):
+			v.fail("must be a lower-case header name", "providers", i, "forward_headers", j)
+		case contains(neverForwarded, h) || strings.HasPrefix(h, "x-switchyard-"):
+			v.fail(fmt.Sprintf("%s is never forwarded to a provider", h), "providers", i, "forward_headers", j)
 		}
 	}
-	if len(c.Models) == 0 {
+}
+
+func (v *validator) checkModels(ms []Model, providers map[string]bool) {
+	if len(ms) == 0 {
 		v.fail("at least one model is required", "models")
 	}
 	models := map[string]bool{}
-	for i, m := range c.Models {
+	for i, m := range ms {
 		switch {
 		case !modelIDRE.MatchString(m.ID):
 			v.fail("must look like <vendor>/<model>", "models", i, "id")
@@ -720,36 +772,11 @@ func (v *validator) check(c *Config) {
 				v.fail(fmt.Sprintf("must be one of %v", Capabilities), "models", i, "capabilities", j)
 			}
 		}
-		if len(m.Providers) == 0 {
-			v.fail("at least one provider is required", "models", i, "providers")
-		}
-		for j, mp := range m.Providers {
-			if !providers[mp.Provider] {
-				v.fail(fmt.Sprintf("unknown provider %q", mp.Provider), "models", i, "providers", j, "provider")
-			}
-			if mp.UpstreamModel == "" {
-				v.fail("is required", "models", i, "providers", j, "upstream_model")
-			}
-			if mp.Weight < 0 {
-				v.fail("must not be negative", "models", i, "providers", j, "weight")
-			}
-		}
+		v.checkModelProviders(i, m.Providers, providers)
 		if !contains(RoutingPolicies, m.Routing) {
 			v.fail(fmt.Sprintf("must be one of %v", RoutingPolicies), "models", i, "routing")
 		}
-		if m.FirstByteTimeout < 0 {
-			v.fail("must be positive", "models", i, "first_byte_timeout")
-		}
-		switch {
-		case m.IdleTimeout < 0:
-			v.fail("must be positive", "models", i, "idle_timeout")
-		case m.FirstByteTimeout > 0 && m.IdleTimeout <= m.FirstByteTimeout:
-			// Envoy's idle timeout also runs while the response head is
-			// awaited: not longer than the first-byte timeout, it would end
-			// a stalled attempt with 504 before it could fail over.
-			v.fail(fmt.Sprintf("must be longer than first_byte_timeout (%v): it also runs while the response head is awaited", m.FirstByteTimeout),
-				"models", i, "idle_timeout")
-		}
+		v.checkModelTimeouts(i, m)
 		if pc := m.PromptCache; pc.LatencyTolerance < 0 || pc.LatencyTolerance > 10 {
 			v.fail("must be between 0 and 10 (a fraction of the best estimate)", "models", i, "prompt_cache", "latency_tolerance")
 		}
@@ -766,7 +793,43 @@ func (v *validator) check(c *Config) {
 			v.fail("must be cl100k_base, o200k_base or estimate", "models", i, "tokenizer")
 		}
 	}
-	for name, t := range c.Tiers {
+}
+
+func (v *validator) checkModelProviders(i int, mps []ModelProvider, providers map[string]bool) {
+	if len(mps) == 0 {
+		v.fail("at least one provider is required", "models", i, "providers")
+	}
+	for j, mp := range mps {
+		if !providers[mp.Provider] {
+			v.fail(fmt.Sprintf("unknown provider %q", mp.Provider), "models", i, "providers", j, "provider")
+		}
+		if mp.UpstreamModel == "" {
+			v.fail("is required", "models", i, "providers", j, "upstream_model")
+		}
+		if mp.Weight < 0 {
+			v.fail("must not be negative", "models", i, "providers", j, "weight")
+		}
+	}
+}
+
+func (v *validator) checkModelTimeouts(i int, m Model) {
+	if m.FirstByteTimeout < 0 {
+		v.fail("must be positive", "models", i, "first_byte_timeout")
+	}
+	switch {
+	case m.IdleTimeout < 0:
+		v.fail("must be positive", "models", i, "idle_timeout")
+	case m.FirstByteTimeout > 0 && m.IdleTimeout <= m.FirstByteTimeout:
+		// Envoy's idle timeout also runs while the response head is
+		// awaited: not longer than the first-byte timeout, it would end
+		// a stalled attempt with 504 before it could fail over.
+		v.fail(fmt.Sprintf("must be longer than first_byte_timeout (%v): it also runs while the response head is awaited", m.FirstByteTimeout),
+			"models", i, "idle_timeout")
+	}
+}
+
+func (v *validator) checkTiers(tiers map[string]Tier) {
+	for name, t := range tiers {
 		if !nameRE.MatchString(name) {
 			v.fail("tier names must be lower-case names", "tiers", name)
 		}

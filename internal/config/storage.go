@@ -65,7 +65,6 @@ const (
 const DefaultPostgresMaxConns = 10
 
 var (
-	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	// bucketRE is an S3 bucket name (virtual-host safe: no dots needed).
 	bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 )

@@ -166,7 +166,6 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		opts.SyncTimeout = 10 * time.Second
 	}
 	cfg := opts.Config
-	log := opts.Logger
 	g := &Gateway{listener: cfg.Listeners[0]}
 	defer func() {
 		if err != nil {
@@ -178,203 +177,27 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	g.stop = cancel
+	s := &startup{g: g, opts: opts, cfg: cfg, log: opts.Logger, runCtx: runCtx}
 
 	if err := startDemoUpstreams(runCtx, cfg, g, opts.DemoUpstream); err != nil {
 		return nil, err
 	}
-	// A missing credential takes down only what needs it: extproc leaves
-	// the provider out of its models' routes (and logs it); web_search
-	// answers its vendor's refusal as a tool error.
-	for _, m := range cfg.MissingCredentials(os.Getenv) {
-		if strings.HasPrefix(m, "tools.") {
-			log.Error("credential missing; the tool will fail", "problem", m)
-		}
-	}
-
-	store, err := keys.OpenSQLite(ctx, opts.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	g.Keys = store
-	g.closers = append(g.closers, func() { _ = store.Close() })
-	g.KeyCache = keys.NewCache(store, keyCacheSize, keyCacheTTL)
-	keyLog := log.With("component", "keys")
-	go g.KeyCache.Watch(runCtx, opts.KeyWatchInterval, func(err error) {
-		keyLog.Warn("key database poll failed; key cache dropped", "error", err)
-	})
-	// The usage store closes after extproc stops (closers run in reverse),
-	// so the usage of the last requests is written.
-	rec, usageClosers, err := startUsage(ctx, opts.DataDir, opts.UsageFlushInterval, log.With("component", "usage"))
-	if err != nil {
-		return nil, err
-	}
-	g.Usage = rec
-	g.closers = append(g.closers, usageClosers...)
-	g.Metrics = ratelimit.NewMetrics()
-	g.Requests = metrics.NewRequests()
-
-	token := opts.InternalToken
-	if token == "" {
-		token = randomSecret()
-	}
-	// Control plane. The in-process backends' listener comes first, so
-	// the first snapshot already routes to it.
-	g.Control = controlplane.New(log.With("component", "controlplane"))
-	var backendsLis net.Listener
-	if inProcessBackends(cfg) {
-		if backendsLis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			return nil, fmt.Errorf("gateway: backends: %w", err)
-		}
-		g.closers = append(g.closers, func() { _ = backendsLis.Close() })
-		g.Control.DefaultBackends = &config.Backends{Address: backendsLis.Addr().String()}
-	}
-	if _, err := g.Control.Update(ctx, cfg); err != nil {
-		return nil, err
-	}
-	if opts.ConfigPath != "" {
-		go g.Control.WatchFile(runCtx, opts.ConfigPath, opts.ReloadInterval)
-	}
-	region := opts.Region
-	if region == "" {
-		region = cfg.Region
-	}
-	if !slices.Contains(config.Regions, region) {
-		return nil, fmt.Errorf("gateway: region %q: must be one of %v", region, config.Regions)
-	}
-	xdsAddr, err := serveGRPCOn(g, opts.XDSListen, g.Control.Register)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: control plane: %w", err)
-	}
-	g.xdsAddr = xdsAddr
-	var adsClients []*adsclient.Client
-
-	// The rate limit service: embedded (envoyproxy/ratelimit's service on
-	// the in-process store, configured over xDS like a fleet's), or
-	// external.
-	rlsAddr := opts.RateLimitAddr
-	if rlsAddr == "" {
-		g.RateLimit = ratelimit.NewServer(ratelimit.Options{Clock: opts.RateLimitClock, Logger: log.With("component", "ratelimit")})
-		if rlsAddr, err = serveGRPC(g, g.RateLimit.Register); err != nil {
-			return nil, fmt.Errorf("gateway: ratelimit: %w", err)
-		}
-		rlsADS, err := dialADS(g, xdsAddr, &corev3.Node{Id: "switchyard-ratelimit", Cluster: "switchyard"}, log)
-		if err != nil {
+	s.logMissingToolCredentials()
+	// Each step starts one component; later ones use what earlier ones
+	// serve (the keys, the control plane's xDS address, the rate limit
+	// service, extproc).
+	for _, step := range []func(context.Context) error{
+		s.startKeys,
+		s.startControlPlane,
+		s.startRateLimit,
+		s.startExtProc,
+		s.startDataPlane,
+		s.waitServing,
+		s.startBackends,
+	} {
+		if err := step(ctx); err != nil {
 			return nil, err
 		}
-		rlsADS.Watch(resourcev3.RateLimitConfigType, nil, g.RateLimit.ConfigHandler)
-		adsClients = append(adsClients, rlsADS)
-	}
-	rlsConn, err := grpc.NewClient("passthrough:///"+rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: dial ratelimit: %w", err)
-	}
-	g.closers = append(g.closers, func() { _ = rlsConn.Close() })
-	g.rlsAddr = rlsAddr
-
-	// Admission sits on every request's critical path. With the service
-	// embedded, extproc calls it directly: the same service logic and store
-	// the data plane reaches over gRPC, minus a loopback round trip.
-	var limiter extproc.Limiter = rlsv3.NewRateLimitServiceClient(rlsConn)
-	if g.RateLimit != nil {
-		limiter = embeddedLimiter{g.RateLimit}
-	}
-
-	// extproc, configured by the control plane over RTDS.
-	g.ExtProc = extproc.New(extproc.Options{
-		Keys:          g.KeyCache,
-		Usage:         usageSink{rec: g.Usage, also: opts.Usage},
-		Budgets:       usageSink{rec: g.Usage},
-		Limiter:       limiter,
-		Metrics:       g.Metrics,
-		InternalToken: token,
-		Logger:        log.With("component", "extproc"),
-	})
-	// A buffered request body arrives in one gRPC message: allow the
-	// configured body limit plus room for headers.
-	maxRecv := int(cfg.Limits.MaxRequestBodyBytes) + 1<<20
-	extprocAddr, err := serveGRPC(g, g.ExtProc.Register, grpc.MaxRecvMsgSize(maxRecv))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: extproc: %w", err)
-	}
-	// The data plane's own calls: every request makes five ext_proc
-	// exchanges and one rate limit call, which in process skip the
-	// sockets, HTTP/2 and serialization (inprocgrpc).
-	var channels map[string]grpc.ClientConnInterface
-	if !opts.LoopbackGRPC {
-		ch := inprocgrpc.New(inprocgrpc.Options{MaxRecvMsgSize: maxRecv})
-		g.ExtProc.Register(ch)
-		channels = map[string]grpc.ClientConnInterface{catalog.ExtProcCluster: ch}
-		if g.RateLimit != nil {
-			rch := inprocgrpc.New(inprocgrpc.Options{})
-			g.RateLimit.Register(rch)
-			channels[controlplane.RateLimitCluster] = rch
-		}
-	}
-	extprocADS, err := dialADS(g, xdsAddr, &corev3.Node{Id: "switchyard-extproc", Cluster: "switchyard",
-		Locality: &corev3.Locality{Region: region}}, log)
-	if err != nil {
-		return nil, err
-	}
-	extprocADS.Watch(resourcev3.RuntimeType, []string{catalog.RuntimeName}, g.ExtProc.CatalogHandler)
-
-	// Data plane, configured by the control plane over LDS/RDS/CDS/EDS/SDS.
-	dpOpts := dataplane.Options{
-		Logger: log.With("component", "dataplane"),
-		StaticClusters: map[string]string{catalog.ExtProcCluster: extprocAddr, catalog.XDSCluster: xdsAddr,
-			controlplane.RateLimitCluster: rlsAddr},
-		Channels: channels,
-		Insecure: opts.Insecure,
-		OnRateLimitError: func(error) {
-			g.Metrics.ChargeErrors.Inc("dataplane")
-		},
-		Metrics: g.Requests,
-		Region:  region,
-		// Read at start: a reload does not change them.
-		RequestBodyTimeout:   cfg.Limits.RequestBodyTimeout,
-		MaxRequestsPerKey:    cfg.Limits.MaxConcurrentRequestsPerKey,
-		MaxBodyBytesInFlight: cfg.Limits.MaxRequestBytesInFlight,
-	}
-	if opts.ListenOverride != "" {
-		dpOpts.ListenOverride = map[string]string{g.listener.Name: opts.ListenOverride}
-	}
-	g.Data = dataplane.New(dpOpts)
-	g.closers = append(g.closers, func() { _ = g.Data.Close() })
-	dpADS, err := dialADS(g, xdsAddr, g.Data.Node("switchyard-dataplane", "switchyard"), log)
-	if err != nil {
-		return nil, err
-	}
-	g.Data.Watch(dpADS)
-
-	adsClients = append(adsClients, extprocADS, dpADS)
-	for _, c := range adsClients {
-		go func() { _ = c.Run(runCtx) }()
-	}
-	wait, cancelWait := context.WithTimeout(ctx, opts.SyncTimeout)
-	defer cancelWait()
-	for _, c := range adsClients {
-		select {
-		case <-c.Synced():
-		case <-wait.Done():
-			return nil, fmt.Errorf("gateway: no xDS configuration within %s", opts.SyncTimeout)
-		}
-	}
-	for g.Data.Addr(g.listener.Name) == nil {
-		select {
-		case <-wait.Done():
-			return nil, fmt.Errorf("gateway: listener %q did not start within %s", g.listener.Name, opts.SyncTimeout)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	if backendsLis != nil {
-		bo := BackendsOptions{Listener: backendsLis, DataDir: opts.DataDir, GatewayURL: g.BaseURL(), Token: token,
-			Tools: cfg.Tools, Tiers: cfg.Tiers, BatchPaceAfter: opts.BatchPaceAfter, Logger: log.With("component", "backends")}
-		if t := g.listener.TLS; t != nil {
-			bo.GatewayCAFile = t.CertFile
-		}
-		if g.Backends, err = StartBackends(ctx, bo); err != nil {
-			return nil, err
-		}
-		g.closers = append(g.closers, g.Backends.Close)
 	}
 	if opts.AdminListen != "" {
 		if err := startAdmin(g, opts); err != nil {
@@ -382,6 +205,260 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		}
 	}
 	return g, nil
+}
+
+// startup is what Start's steps hand on to each other.
+type startup struct {
+	g      *Gateway
+	opts   Options
+	cfg    *config.Config
+	log    *slog.Logger
+	runCtx context.Context // ends with the gateway: background loops
+
+	token       string       // shared by extproc and the backends
+	region      string       // this gateway's home region
+	backendsLis net.Listener // the in-process backends', nil when the config names its own
+	limiter     extproc.Limiter
+	extprocAddr string
+	maxRecv     int // ext_proc's largest gRPC message
+	// channels are the data plane's in-process gRPC channels, by cluster.
+	channels   map[string]grpc.ClientConnInterface
+	adsClients []*adsclient.Client
+}
+
+// logMissingToolCredentials reports tools whose credential is missing. A
+// missing credential takes down only what needs it: extproc leaves the
+// provider out of its models' routes (and logs it); web_search answers its
+// vendor's refusal as a tool error.
+func (s *startup) logMissingToolCredentials() {
+	for _, m := range s.cfg.MissingCredentials(os.Getenv) {
+		if strings.HasPrefix(m, "tools.") {
+			s.log.Error("credential missing; the tool will fail", "problem", m)
+		}
+	}
+}
+
+// startKeys opens the key store, its hot-path cache and the cache's watch
+// of changes made by other processes, and the metrics.
+func (s *startup) startKeys(ctx context.Context) error {
+	g := s.g
+	store, err := keys.OpenSQLite(ctx, s.opts.DataDir)
+	if err != nil {
+		return err
+	}
+	g.Keys = store
+	g.closers = append(g.closers, func() { _ = store.Close() })
+	g.KeyCache = keys.NewCache(store, keyCacheSize, keyCacheTTL)
+	keyLog := s.log.With("component", "keys")
+	go g.KeyCache.Watch(s.runCtx, s.opts.KeyWatchInterval, func(err error) {
+		keyLog.Warn("key database poll failed; key cache dropped", "error", err)
+	})
+	// The usage store closes after extproc stops (closers run in reverse),
+	// so the usage of the last requests is written.
+	rec, usageClosers, err := startUsage(ctx, s.opts.DataDir, s.opts.UsageFlushInterval, s.log.With("component", "usage"))
+	if err != nil {
+		return err
+	}
+	g.Usage = rec
+	g.closers = append(g.closers, usageClosers...)
+	g.Metrics = ratelimit.NewMetrics()
+	g.Requests = metrics.NewRequests()
+	return nil
+}
+
+// startControlPlane starts the control plane with the configuration and
+// serves xDS. The in-process backends' listener is bound first, so the first
+// snapshot already routes to it.
+func (s *startup) startControlPlane(ctx context.Context) (err error) {
+	g, cfg, opts := s.g, s.cfg, s.opts
+	s.token = opts.InternalToken
+	if s.token == "" {
+		s.token = randomSecret()
+	}
+	g.Control = controlplane.New(s.log.With("component", "controlplane"))
+	if inProcessBackends(cfg) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("gateway: backends: %w", err)
+		}
+		s.backendsLis = lis
+		g.closers = append(g.closers, func() { _ = lis.Close() })
+		g.Control.DefaultBackends = &config.Backends{Address: lis.Addr().String()}
+	}
+	if _, err := g.Control.Update(ctx, cfg); err != nil {
+		return err
+	}
+	if opts.ConfigPath != "" {
+		go g.Control.WatchFile(s.runCtx, opts.ConfigPath, opts.ReloadInterval)
+	}
+	s.region = opts.Region
+	if s.region == "" {
+		s.region = cfg.Region
+	}
+	if !slices.Contains(config.Regions, s.region) {
+		return fmt.Errorf("gateway: region %q: must be one of %v", s.region, config.Regions)
+	}
+	if g.xdsAddr, err = serveGRPCOn(g, opts.XDSListen, g.Control.Register); err != nil {
+		return fmt.Errorf("gateway: control plane: %w", err)
+	}
+	return nil
+}
+
+// startRateLimit starts the embedded rate limit service (envoyproxy/ratelimit's
+// service on the in-process store, configured over xDS like a fleet's), or
+// connects to the external one, and picks extproc's limiter.
+func (s *startup) startRateLimit(context.Context) (err error) {
+	g := s.g
+	rlsAddr := s.opts.RateLimitAddr
+	if rlsAddr == "" {
+		g.RateLimit = ratelimit.NewServer(ratelimit.Options{Clock: s.opts.RateLimitClock, Logger: s.log.With("component", "ratelimit")})
+		if rlsAddr, err = serveGRPC(g, g.RateLimit.Register); err != nil {
+			return fmt.Errorf("gateway: ratelimit: %w", err)
+		}
+		rlsADS, err := dialADS(g, g.xdsAddr, &corev3.Node{Id: "switchyard-ratelimit", Cluster: "switchyard"}, s.log)
+		if err != nil {
+			return err
+		}
+		rlsADS.Watch(resourcev3.RateLimitConfigType, nil, g.RateLimit.ConfigHandler)
+		s.adsClients = append(s.adsClients, rlsADS)
+	}
+	rlsConn, err := grpc.NewClient("passthrough:///"+rlsAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("gateway: dial ratelimit: %w", err)
+	}
+	g.closers = append(g.closers, func() { _ = rlsConn.Close() })
+	g.rlsAddr = rlsAddr
+
+	// Admission sits on every request's critical path. With the service
+	// embedded, extproc calls it directly: the same service logic and store
+	// the data plane reaches over gRPC, minus a loopback round trip.
+	s.limiter = rlsv3.NewRateLimitServiceClient(rlsConn)
+	if g.RateLimit != nil {
+		s.limiter = embeddedLimiter{g.RateLimit}
+	}
+	return nil
+}
+
+// startExtProc starts extproc, configured by the control plane over RTDS,
+// serving on loopback gRPC and, unless LoopbackGRPC, on the data plane's
+// in-process channels.
+func (s *startup) startExtProc(context.Context) (err error) {
+	g := s.g
+	g.ExtProc = extproc.New(extproc.Options{
+		Keys:          g.KeyCache,
+		Usage:         usageSink{rec: g.Usage, also: s.opts.Usage},
+		Budgets:       usageSink{rec: g.Usage},
+		Limiter:       s.limiter,
+		Metrics:       g.Metrics,
+		InternalToken: s.token,
+		Logger:        s.log.With("component", "extproc"),
+	})
+	// A buffered request body arrives in one gRPC message: allow the
+	// configured body limit plus room for headers.
+	s.maxRecv = int(s.cfg.Limits.MaxRequestBodyBytes) + 1<<20
+	if s.extprocAddr, err = serveGRPC(g, g.ExtProc.Register, grpc.MaxRecvMsgSize(s.maxRecv)); err != nil {
+		return fmt.Errorf("gateway: extproc: %w", err)
+	}
+	// The data plane's own calls: every request makes five ext_proc
+	// exchanges and one rate limit call, which in process skip the
+	// sockets, HTTP/2 and serialization (inprocgrpc).
+	if !s.opts.LoopbackGRPC {
+		ch := inprocgrpc.New(inprocgrpc.Options{MaxRecvMsgSize: s.maxRecv})
+		g.ExtProc.Register(ch)
+		s.channels = map[string]grpc.ClientConnInterface{catalog.ExtProcCluster: ch}
+		if g.RateLimit != nil {
+			rch := inprocgrpc.New(inprocgrpc.Options{})
+			g.RateLimit.Register(rch)
+			s.channels[controlplane.RateLimitCluster] = rch
+		}
+	}
+	extprocADS, err := dialADS(g, g.xdsAddr, &corev3.Node{Id: "switchyard-extproc", Cluster: "switchyard",
+		Locality: &corev3.Locality{Region: s.region}}, s.log)
+	if err != nil {
+		return err
+	}
+	extprocADS.Watch(resourcev3.RuntimeType, []string{catalog.RuntimeName}, g.ExtProc.CatalogHandler)
+	s.adsClients = append(s.adsClients, extprocADS)
+	return nil
+}
+
+// startDataPlane starts the data plane, configured by the control plane over
+// LDS/RDS/CDS/EDS/SDS.
+func (s *startup) startDataPlane(context.Context) error {
+	g := s.g
+	dpOpts := dataplane.Options{
+		Logger: s.log.With("component", "dataplane"),
+		StaticClusters: map[string]string{catalog.ExtProcCluster: s.extprocAddr, catalog.XDSCluster: g.xdsAddr,
+			controlplane.RateLimitCluster: g.rlsAddr},
+		Channels: s.channels,
+		Insecure: s.opts.Insecure,
+		OnRateLimitError: func(error) {
+			g.Metrics.ChargeErrors.Inc("dataplane")
+		},
+		Metrics: g.Requests,
+		Region:  s.region,
+		// Read at start: a reload does not change them.
+		RequestBodyTimeout:   s.cfg.Limits.RequestBodyTimeout,
+		MaxRequestsPerKey:    s.cfg.Limits.MaxConcurrentRequestsPerKey,
+		MaxBodyBytesInFlight: s.cfg.Limits.MaxRequestBytesInFlight,
+	}
+	if s.opts.ListenOverride != "" {
+		dpOpts.ListenOverride = map[string]string{g.listener.Name: s.opts.ListenOverride}
+	}
+	g.Data = dataplane.New(dpOpts)
+	g.closers = append(g.closers, func() { _ = g.Data.Close() })
+	dpADS, err := dialADS(g, g.xdsAddr, g.Data.Node("switchyard-dataplane", "switchyard"), s.log)
+	if err != nil {
+		return err
+	}
+	g.Data.Watch(dpADS)
+	s.adsClients = append(s.adsClients, dpADS)
+	return nil
+}
+
+// waitServing runs the xDS clients and waits, within SyncTimeout, for each
+// to receive its configuration and for the first listener to serve.
+func (s *startup) waitServing(ctx context.Context) error {
+	g, timeout := s.g, s.opts.SyncTimeout
+	for _, c := range s.adsClients {
+		go func() { _ = c.Run(s.runCtx) }()
+	}
+	wait, cancelWait := context.WithTimeout(ctx, timeout)
+	defer cancelWait()
+	for _, c := range s.adsClients {
+		select {
+		case <-c.Synced():
+		case <-wait.Done():
+			return fmt.Errorf("gateway: no xDS configuration within %s", timeout)
+		}
+	}
+	for g.Data.Addr(g.listener.Name) == nil {
+		select {
+		case <-wait.Done():
+			return fmt.Errorf("gateway: listener %q did not start within %s", g.listener.Name, timeout)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// startBackends starts the in-process backends on the listener the control
+// plane already routes to; nothing when the configuration names its own.
+func (s *startup) startBackends(ctx context.Context) (err error) {
+	if s.backendsLis == nil {
+		return nil
+	}
+	g := s.g
+	bo := BackendsOptions{Listener: s.backendsLis, DataDir: s.opts.DataDir, GatewayURL: g.BaseURL(), Token: s.token,
+		Tools: s.cfg.Tools, Tiers: s.cfg.Tiers, BatchPaceAfter: s.opts.BatchPaceAfter, Logger: s.log.With("component", "backends")}
+	if t := g.listener.TLS; t != nil {
+		bo.GatewayCAFile = t.CertFile
+	}
+	if g.Backends, err = StartBackends(ctx, bo); err != nil {
+		return err
+	}
+	g.closers = append(g.closers, g.Backends.Close)
+	return nil
 }
 
 // startAdmin serves the admin API on its own listener.

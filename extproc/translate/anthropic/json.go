@@ -2,17 +2,9 @@ package anthropic
 
 import (
 	"strconv"
-	"unsafe"
 
 	"github.com/switchyard-ai/switchyard/internal/jsonquote"
 )
-
-// bytesString views b as a string without copying, so gjson can parse it
-// without copying every value it returns (gjson.GetBytes does copy). b must
-// not change while the string is in use.
-func bytesString(b []byte) string {
-	return unsafe.String(unsafe.SliceData(b), len(b))
-}
 
 // appendString appends s as a JSON string (jsonquote.Append).
 func appendString(dst []byte, s string) []byte { return jsonquote.Append(dst, s) }

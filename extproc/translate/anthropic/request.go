@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
@@ -18,19 +19,6 @@ var imageMediaTypes = map[string]bool{
 	"image/png":  true,
 	"image/gif":  true,
 	"image/webp": true,
-}
-
-// request holds the top-level fields of an OpenAI chat request. They are
-// collected in one pass over the body so that each later lookup does not
-// rescan megabytes of messages.
-type request struct {
-	messages, tools, toolChoice, parallelToolCalls   gjson.Result
-	maxTokens, maxCompletionTokens, stop, stream     gjson.Result
-	temperature, topP, user, safetyIdentifier        gjson.Result
-	n, presencePenalty, frequencyPenalty             gjson.Result
-	logprobs, topLogprobs, logitBias, responseFormat gjson.Result
-	audio, modalities, reasoningEffort, webSearch    gjson.Result
-	functions, functionCall                          gjson.Result
 }
 
 // translator carries the state of one TranslateRequest call.
@@ -56,91 +44,45 @@ type systemPiece struct{ raw, cacheControl string }
 var ephemeral = []byte(`,"cache_control":{"type":"ephemeral"}`)
 
 // TranslateRequest turns a validated OpenAI chat request body into an
-// Anthropic Messages body for upstreamModel. A parameter Anthropic cannot
-// honour yields a *apierror.Error 400 naming it (param set) unless
-// opts.DropUnsupported; see the package documentation for the list.
+// Anthropic Messages body for upstreamModel (TranslateChat on the body's
+// parsed view).
 //
 // body must not be modified while TranslateRequest runs; the result does not
 // alias it.
 func TranslateRequest(body []byte, upstreamModel string, opts Options) ([]byte, error) {
-	root := gjson.Parse(bytesString(body))
-	if !root.IsObject() {
+	var f translate.ChatRequest
+	if !f.Parse(body) {
 		return nil, apierror.InvalidJSON()
 	}
-	var f request
-	root.ForEach(func(k, v gjson.Result) bool {
-		switch k.Str {
-		case "messages":
-			f.messages = v
-		case "tools":
-			f.tools = v
-		case "tool_choice":
-			f.toolChoice = v
-		case "parallel_tool_calls":
-			f.parallelToolCalls = v
-		case "max_tokens":
-			f.maxTokens = v
-		case "max_completion_tokens":
-			f.maxCompletionTokens = v
-		case "stop":
-			f.stop = v
-		case "stream":
-			f.stream = v
-		case "temperature":
-			f.temperature = v
-		case "top_p":
-			f.topP = v
-		case "user":
-			f.user = v
-		case "safety_identifier":
-			f.safetyIdentifier = v
-		case "n":
-			f.n = v
-		case "presence_penalty":
-			f.presencePenalty = v
-		case "frequency_penalty":
-			f.frequencyPenalty = v
-		case "logprobs":
-			f.logprobs = v
-		case "top_logprobs":
-			f.topLogprobs = v
-		case "logit_bias":
-			f.logitBias = v
-		case "response_format":
-			f.responseFormat = v
-		case "audio":
-			f.audio = v
-		case "modalities":
-			f.modalities = v
-		case "reasoning_effort":
-			f.reasoningEffort = v
-		case "web_search_options":
-			f.webSearch = v
-		case "functions":
-			f.functions = v
-		case "function_call":
-			f.functionCall = v
-		}
-		return true
-	})
+	return TranslateChat(&f, len(body), upstreamModel, opts)
+}
 
+// TranslateChat turns the parsed view of a validated OpenAI chat request
+// into an Anthropic Messages body for upstreamModel; size is the request
+// body's length, which the result's is close to. A parameter Anthropic
+// cannot honour yields a *apierror.Error 400 naming it (param set) unless
+// opts.DropUnsupported; see the package documentation for the list.
+//
+// The body f views must not be modified while TranslateChat runs; the
+// result does not alias it.
+func TranslateChat(f *translate.ChatRequest, size int, upstreamModel string, opts Options) ([]byte, error) {
 	t := &translator{opts: opts}
-	if err := t.checkUnsupported(&f); err != nil {
+	if err := t.checkUnsupported(f); err != nil {
 		return nil, err
 	}
 
 	// Output is about the size of the input: the conversation is copied
 	// through, with a little framing per block.
-	out := make([]byte, 0, len(body)+256)
+	out := make([]byte, 0, size+256)
 	out = append(out, `{"model":`...)
 	out = appendString(out, upstreamModel)
 	out = append(out, `,"max_tokens":`...)
-	out = appendInt(out, t.maxTokens(&f))
+	out = appendInt(out, t.maxTokens(f))
 
 	out = append(out, `,"messages":[`...)
 	msgStart := len(out)
 	t.w.buf = out
-	if err := t.messages(f.messages); err != nil {
+	if err := t.messages(f.Messages); err != nil {
 		return nil, err
 	}
 	if t.w.turns == 0 {
@@ -148,24 +90,24 @@ func TranslateRequest(body []byte, upstreamModel string, opts Options) ([]byte, 
 			"Invalid 'messages': this model's provider (Anthropic) needs at least one user, assistant or tool message with content besides system and developer messages.")
 	}
 	t.w.close()
-	out = t.placeBreakpoints(t.w.buf, msgStart, &f)
+	out = t.placeBreakpoints(t.w.buf, msgStart, f)
 	out = append(out, ']')
 
 	out = t.appendSystem(out)
-	out, err := t.appendTools(out, &f)
+	out, err := t.appendTools(out, f)
 	if err != nil {
 		return nil, err
 	}
-	out = appendStop(out, f.stop)
-	if out, err = t.appendSampling(out, &f); err != nil {
+	out = appendStop(out, f.Stop)
+	if out, err = t.appendSampling(out, f); err != nil {
 		return nil, err
 	}
-	if f.stream.Type == gjson.True {
+	if f.Stream.Type == gjson.True {
 		out = append(out, `,"stream":true`...)
 	}
-	user := f.user
+	user := f.User
 	if user.Type != gjson.String || user.Str == "" {
-		user = f.safetyIdentifier
+		user = f.SafetyIdentifier
 	}
 	if user.Type == gjson.String && user.Str != "" {
 		out = append(out, `,"metadata":{"user_id":`...)
@@ -174,8 +116,6 @@ func TranslateRequest(body []byte, upstreamModel string, opts Options) ([]byte, 
 	}
 	return append(out, '}'), nil
 }
-
-func present(v gjson.Result) bool { return v.Exists() && v.Type != gjson.Null }
 
 // refuse returns e, or nil when unsupported parameters are to be dropped.
 // It returns error, not *apierror.Error, so that the nil is a nil interface.
@@ -200,39 +140,39 @@ func unsupportedValue(param, format string, args ...any) *apierror.Error {
 
 // checkUnsupported refuses the parameters that change what the client gets
 // back in ways Anthropic cannot reproduce (see the package documentation).
-func (t *translator) checkUnsupported(f *request) error {
+func (t *translator) checkUnsupported(f *translate.ChatRequest) error {
 	var checks []*apierror.Error // at most a few; nil in the common case
-	if f.n.Type == gjson.Number && f.n.Int() > 1 {
+	if f.N.Type == gjson.Number && f.N.Int() > 1 {
 		checks = append(checks, unsupportedValue("n", "'n' must be 1 for this model; its provider (Anthropic) returns a single choice."))
 	}
 	for _, p := range []struct {
 		name string
 		v    gjson.Result
-	}{{"presence_penalty", f.presencePenalty}, {"frequency_penalty", f.frequencyPenalty}} {
+	}{{"presence_penalty", f.PresencePenalty}, {"frequency_penalty", f.FrequencyPenalty}} {
 		if p.v.Type == gjson.Number && p.v.Float() != 0 {
 			checks = append(checks, unsupportedParam(p.name))
 		}
 	}
-	if f.logprobs.Type == gjson.True {
+	if f.Logprobs.Type == gjson.True {
 		checks = append(checks, unsupportedParam("logprobs"))
 	}
-	if f.topLogprobs.Type == gjson.Number && f.topLogprobs.Int() > 0 {
+	if f.TopLogprobs.Type == gjson.Number && f.TopLogprobs.Int() > 0 {
 		checks = append(checks, unsupportedParam("top_logprobs"))
 	}
-	if f.logitBias.IsObject() && nonEmpty(f.logitBias) {
+	if f.LogitBias.IsObject() && nonEmpty(f.LogitBias) {
 		checks = append(checks, unsupportedParam("logit_bias"))
 	}
-	if f.responseFormat.IsObject() {
-		if typ := f.responseFormat.Get("type").Str; typ != "" && typ != "text" {
+	if f.ResponseFormat.IsObject() {
+		if typ := f.ResponseFormat.Get("type").Str; typ != "" && typ != "text" {
 			checks = append(checks, unsupportedValue("response_format",
 				"'response_format' of type '%s' is not supported by this model's provider (Anthropic).", typ))
 		}
 	}
-	if present(f.audio) {
+	if translate.Present(f.Audio) {
 		checks = append(checks, unsupportedParam("audio"))
 	}
-	if f.modalities.IsArray() {
-		f.modalities.ForEach(func(_, m gjson.Result) bool {
+	if f.Modalities.IsArray() {
+		f.Modalities.ForEach(func(_, m gjson.Result) bool {
 			if m.Str == "audio" {
 				checks = append(checks, unsupportedValue("modalities", "the 'audio' modality is not supported by this model's provider (Anthropic)."))
 				return false
@@ -243,9 +183,9 @@ func (t *translator) checkUnsupported(f *request) error {
 	for _, p := range []struct {
 		name string
 		v    gjson.Result
-	}{{"reasoning_effort", f.reasoningEffort}, {"web_search_options", f.webSearch},
-		{"functions", f.functions}, {"function_call", f.functionCall}} {
-		if present(p.v) {
+	}{{"reasoning_effort", f.ReasoningEffort}, {"web_search_options", f.WebSearchOptions},
+		{"functions", f.Functions}, {"function_call", f.FunctionCall}} {
+		if translate.Present(p.v) {
 			checks = append(checks, unsupportedParam(p.name))
 		}
 	}
@@ -264,8 +204,8 @@ func nonEmpty(obj gjson.Result) bool {
 }
 
 // maxTokens picks max_completion_tokens, then max_tokens, then the default.
-func (t *translator) maxTokens(f *request) int64 {
-	for _, v := range []gjson.Result{f.maxCompletionTokens, f.maxTokens} {
+func (t *translator) maxTokens(f *translate.ChatRequest) int64 {
+	for _, v := range []gjson.Result{f.MaxCompletionTokens, f.MaxTokens} {
 		if v.Type == gjson.Number {
 			return v.Int()
 		}
@@ -385,7 +325,7 @@ func (t *translator) message(i int, m *message) error {
 		if err := t.content(i, "assistant", m.content); err != nil {
 			return err
 		}
-		if present(m.functionCall) {
+		if translate.Present(m.functionCall) {
 			if e := t.refuse(unsupportedParam(fmt.Sprintf("messages[%d].function_call", i))); e != nil {
 				return e
 			}
@@ -699,8 +639,8 @@ func (t *translator) appendSystem(out []byte) []byte {
 
 // appendTools appends tools and tool_choice. Both are left out when no tool
 // survives, as Anthropic refuses a tool_choice without tools.
-func (t *translator) appendTools(out []byte, f *request) ([]byte, error) {
-	if !f.tools.IsArray() {
+func (t *translator) appendTools(out []byte, f *translate.ChatRequest) ([]byte, error) {
+	if !f.Tools.IsArray() {
 		return out, nil
 	}
 	start := len(out)
@@ -708,7 +648,7 @@ func (t *translator) appendTools(out []byte, f *request) ([]byte, error) {
 	n := 0
 	var err error
 	i := 0
-	f.tools.ForEach(func(_, tool gjson.Result) bool {
+	f.Tools.ForEach(func(_, tool gjson.Result) bool {
 		defer func() { i++ }()
 		if typ := tool.Get("type").Str; typ != "function" {
 			err = t.refuse(unsupportedValue(fmt.Sprintf("tools[%d].type", i),
@@ -765,10 +705,10 @@ func appendSchema(out []byte, params gjson.Result) []byte {
 	return append(out, strings.TrimSpace(params.Raw)[1:]...)
 }
 
-func (t *translator) appendToolChoice(out []byte, f *request) ([]byte, error) {
+func (t *translator) appendToolChoice(out []byte, f *translate.ChatRequest) ([]byte, error) {
 	choice := "" // Anthropic's type
 	var name string
-	switch tc := f.toolChoice; {
+	switch tc := f.ToolChoice; {
 	case tc.Type == gjson.String:
 		switch tc.Str {
 		case "auto":
@@ -797,7 +737,7 @@ func (t *translator) appendToolChoice(out []byte, f *request) ([]byte, error) {
 			choice = "auto"
 		}
 	}
-	noParallel := f.parallelToolCalls.Type == gjson.False && choice != "none"
+	noParallel := f.ParallelToolCalls.Type == gjson.False && choice != "none"
 	if choice == "" {
 		if !noParallel {
 			return out, nil // Anthropic's default is auto, as OpenAI's is
@@ -848,8 +788,8 @@ func appendStop(out []byte, stop gjson.Result) []byte {
 // 2, Anthropic's to 1: values above 1 are refused rather than rescaled, so a
 // client never gets a different temperature than it asked for without
 // knowing; with DropUnsupported they become 1.
-func (t *translator) appendSampling(out []byte, f *request) ([]byte, error) {
-	if temp := f.temperature; temp.Type == gjson.Number {
+func (t *translator) appendSampling(out []byte, f *translate.ChatRequest) ([]byte, error) {
+	if temp := f.Temperature; temp.Type == gjson.Number {
 		raw := temp.Raw
 		if temp.Float() > 1 {
 			if e := t.refuse(unsupportedValue("temperature",
@@ -862,9 +802,9 @@ func (t *translator) appendSampling(out []byte, f *request) ([]byte, error) {
 		out = append(out, `,"temperature":`...)
 		out = append(out, raw...)
 	}
-	if f.topP.Type == gjson.Number {
+	if f.TopP.Type == gjson.Number {
 		out = append(out, `,"top_p":`...)
-		out = append(out, f.topP.Raw...)
+		out = append(out, f.TopP.Raw...)
 	}
 	return out, nil
 }
@@ -885,7 +825,7 @@ func (t *translator) appendSampling(out []byte, f *request) ([]byte, error) {
 //   - the last tool: tools alone, for when the system prompt varies.
 //
 // A block that already carries the client's cache_control gets no second one.
-func (t *translator) placeBreakpoints(out []byte, msgStart int, f *request) []byte {
+func (t *translator) placeBreakpoints(out []byte, msgStart int, f *translate.ChatRequest) []byte {
 	budget := maxBreakpoints - t.clientBreakpoints
 	if t.opts.NoCacheControl || budget <= 0 {
 		return out
@@ -896,8 +836,8 @@ func (t *translator) placeBreakpoints(out []byte, msgStart int, f *request) []by
 	}
 	minBytes := minTokens * bytesPerToken
 	tools := 0
-	if f.tools.IsArray() {
-		tools = len(f.tools.Raw)
+	if f.Tools.IsArray() {
+		tools = len(f.Tools.Raw)
 	}
 	system := 0
 	for _, p := range t.system {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
@@ -40,7 +41,7 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 	if status < 200 || status > 299 {
 		return errorFromBody(status, body).JSON(), nil
 	}
-	js := bytesString(body)
+	js := translate.BytesString(body)
 	if !gjson.Valid(js) {
 		return nil, fmt.Errorf("anthropic: response: %w", badUpstream("The upstream provider returned a response that is not valid JSON."))
 	}
@@ -54,10 +55,7 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 	out := make([]byte, 0, len(body)+256)
 	out = append(out, `{"id":`...)
 	out = appendID(out, root.Get("id"))
-	out = append(out, `,"object":"chat.completion","created":`...)
-	out = appendInt(out, time.Now().Unix())
-	out = append(out, `,"model":`...)
-	out = appendString(out, clientModel)
+	out = translate.AppendEnvelope(out, translate.Completion, time.Now().Unix(), clientModel)
 	out = append(out, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
 
 	// Text blocks are joined; tool_use blocks become tool calls. Both keep
@@ -171,15 +169,7 @@ func (u *usage) set(v gjson.Result) {
 // append appends the OpenAI usage object.
 func (u *usage) append(out []byte) []byte {
 	prompt := u.input + u.cacheRead + u.cacheCreation
-	out = append(out, `{"prompt_tokens":`...)
-	out = appendInt(out, prompt)
-	out = append(out, `,"completion_tokens":`...)
-	out = appendInt(out, u.output)
-	out = append(out, `,"total_tokens":`...)
-	out = appendInt(out, prompt+u.output)
-	out = append(out, `,"prompt_tokens_details":{"cached_tokens":`...)
-	out = appendInt(out, u.cacheRead)
-	return append(out, "}}"...)
+	return translate.Usage{Prompt: prompt, Completion: u.output, Total: prompt + u.output, Cached: u.cacheRead}.Append(out)
 }
 
 // badUpstream is the error for an upstream reply that cannot be translated.
@@ -191,7 +181,7 @@ func badUpstream(msg string) *apierror.Error {
 // ({"type":"error","error":{"type","message"}}) received with status. A body
 // that is not one (a proxy's HTML page, say) gets a message from the status.
 func errorFromBody(status int, body []byte) *apierror.Error {
-	e := gjson.Get(bytesString(body), "error")
+	e := gjson.Get(translate.BytesString(body), "error")
 	typ, msg := e.Get("type").Str, e.Get("message").Str
 	if msg == "" {
 		msg = fmt.Sprintf("The upstream provider answered %d %s.", status, http.StatusText(status))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 	"github.com/switchyard-ai/switchyard/internal/sse"
 )
@@ -122,13 +123,13 @@ func (s *Stream) event(ev sse.Event) error {
 	if s.done {
 		return nil
 	}
-	data := bytesString(ev.Data)
+	data := translate.BytesString(ev.Data)
 	if !gjson.Valid(data) {
 		return badUpstream("The upstream provider sent an event that is not valid JSON.")
 	}
 	typ := gjson.Get(data, "type").Str
 	if typ == "" {
-		typ = bytesString(ev.Name)
+		typ = translate.BytesString(ev.Name)
 	}
 	switch typ {
 	case "message_start":
@@ -185,10 +186,7 @@ func (s *Stream) begin(id gjson.Result) {
 	s.started = true
 	h := append(s.head[:0], `data: {"id":`...)
 	h = appendID(h, id)
-	h = append(h, `,"object":"chat.completion.chunk","created":`...)
-	h = appendInt(h, s.created)
-	h = append(h, `,"model":`...)
-	h = appendString(h, s.model)
+	h = translate.AppendEnvelope(h, translate.Chunk, s.created, s.model)
 	s.head = append(h, `,"choices":[`...)
 	s.chunk(`{"role":"assistant","content":""}`)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
@@ -22,7 +23,7 @@ func TranslateEmbeddingRequest(body []byte, upstreamModel string) ([]byte, error
 		return nil, apierror.InvalidJSON()
 	}
 	var input, dims, format gjson.Result
-	gjson.Parse(bytesString(body)).ForEach(func(k, v gjson.Result) bool {
+	gjson.Parse(translate.BytesString(body)).ForEach(func(k, v gjson.Result) bool {
 		switch k.Str {
 		case "input":
 			input = v
@@ -123,7 +124,7 @@ func TranslateEmbeddingResponse(status int, body []byte, clientModel string, b64
 		e := malformed("embedding response")
 		return e.JSON(), e
 	}
-	root := gjson.Parse(bytesString(body))
+	root := gjson.Parse(translate.BytesString(body))
 	vectors := root.Get("embeddings")
 	single := false
 	if !vectors.IsArray() {

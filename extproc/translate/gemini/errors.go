@@ -10,12 +10,13 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
 // upstreamError translates a non-2xx Gemini answer.
 func upstreamError(status int, body []byte, clientModel string) *apierror.Error {
-	e := gjson.Get(bytesString(body), "error")
+	e := gjson.Get(translate.BytesString(body), "error")
 	if !gjson.ValidBytes(body) || !e.IsObject() {
 		// Not Gemini's error shape: a proxy or load balancer in between.
 		if status < 400 || status > 599 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
@@ -23,28 +24,34 @@ type Options struct {
 const maxStopSequences = 5
 
 // TranslateRequest turns an OpenAI chat completion request body into a
-// Gemini generateContent request body. The body is expected to have passed
-// the gateway's OpenAI validation; what Gemini cannot honour is a 400
-// *apierror.Error naming the parameter, unless opts.DropUnsupported. The
-// mapping is described in the package documentation.
+// Gemini generateContent request body (TranslateChat on the body's parsed
+// view).
 func TranslateRequest(body []byte, opts Options) ([]byte, error) {
 	if !gjson.ValidBytes(body) {
 		return nil, apierror.InvalidJSON()
 	}
-	root := gjson.Parse(bytesString(body))
-	if !root.IsObject() {
+	var f translate.ChatRequest
+	if !f.Parse(body) {
 		return nil, &apierror.Error{Status: http.StatusBadRequest, Code: "invalid_type",
 			Message: "The request body must be a JSON object."}
 	}
+	return TranslateChat(&f, len(body), opts)
+}
+
+// TranslateChat turns the parsed view of an OpenAI chat completion request
+// into a Gemini generateContent request body; size is the request body's
+// length, which the result's is close to. The body is expected to have
+// passed the gateway's OpenAI validation; what Gemini cannot honour is a 400
+// *apierror.Error naming the parameter, unless opts.DropUnsupported. The
+// mapping is described in the package documentation.
+func TranslateChat(f *translate.ChatRequest, size int, opts Options) ([]byte, error) {
 	r := request{opts: opts}
-	var err error
-	root.ForEach(func(k, v gjson.Result) bool {
-		err = r.member(k.Str, v)
-		return err == nil
-	})
-	if err != nil {
+	if err := r.checkMembers(f); err != nil {
 		return nil, err
 	}
+	r.f.messages, r.f.tools, r.f.toolChoice, r.f.responseFormat, r.f.stop = f.Messages, f.Tools, f.ToolChoice, f.ResponseFormat, f.Stop
+	r.f.temperature, r.f.topP, r.f.n, r.f.presencePenalty, r.f.frequencyPenalty, r.f.seed = f.Temperature, f.TopP, f.N, f.PresencePenalty, f.FrequencyPenalty, f.Seed
+	r.f.maxTokens, r.f.maxCompletionTokens, r.f.reasoningEffort = f.MaxTokens, f.MaxCompletionTokens, f.ReasoningEffort
 	if !r.f.messages.Exists() || r.f.messages.Type == gjson.Null {
 		return nil, apierror.MissingParam("messages")
 	}
@@ -54,9 +61,10 @@ func TranslateRequest(body []byte, opts Options) ([]byte, error) {
 
 	// The output is about the size of the input: most of both is message
 	// content, copied as is.
-	r.out = make([]byte, 0, len(body)+512)
+	r.out = make([]byte, 0, size+512)
 	r.out = append(r.out, `{"contents":[`...)
 	i := 0
+	var err error
 	r.f.messages.ForEach(func(_, m gjson.Result) bool {
 		err = r.message(i, m)
 		i++
@@ -100,7 +108,8 @@ type request struct {
 	// messages may come anywhere, the instruction goes after the contents.
 	system []byte
 
-	// f holds the top-level members translated after the messages.
+	// f holds the members translated after the messages, copied from the
+	// view: r lives on the heap, where the view need not.
 	f struct {
 		messages, tools, toolChoice, responseFormat, stop             gjson.Result
 		temperature, topP, n, presencePenalty, frequencyPenalty, seed gjson.Result
@@ -124,71 +133,57 @@ type request struct {
 	callNames map[string]string
 }
 
-// member records or checks one top-level member of the request.
-func (r *request) member(key string, v gjson.Result) error {
-	null := v.Type == gjson.Null
-	switch key {
-	case "messages":
-		r.f.messages = v
-	case "tools":
-		r.f.tools = v
-	case "tool_choice":
-		r.f.toolChoice = v
-	case "response_format":
-		r.f.responseFormat = v
-	case "stop":
-		r.f.stop = v
-	case "temperature":
-		r.f.temperature = v
-	case "top_p":
-		r.f.topP = v
-	case "n":
-		r.f.n = v
-	case "presence_penalty":
-		r.f.presencePenalty = v
-	case "frequency_penalty":
-		r.f.frequencyPenalty = v
-	case "seed":
-		r.f.seed = v
-	case "max_tokens":
-		r.f.maxTokens = v
-	case "max_completion_tokens":
-		r.f.maxCompletionTokens = v
-	case "reasoning_effort":
-		r.f.reasoningEffort = v
-
-	// No effect on the answer, or carried by the path.
-	case "model", "stream", "stream_options", "user", "safety_identifier", "prompt_cache_key", "metadata":
-
-	// Accepted in the values that ask for Gemini's behaviour anyway.
-	case "store", "logprobs":
-		if !null && v.Type != gjson.False {
-			return r.unsupported(key)
-		}
-	case "parallel_tool_calls":
-		if !null && v.Type != gjson.True {
-			return r.unsupportedValue(key, "Gemini models cannot be kept from calling functions in parallel.")
-		}
-	case "service_tier":
-		if !null && v.Str != "auto" && v.Str != "default" {
-			return r.unsupportedValue(key, "Gemini models only offer the default service tier.")
-		}
-	case "logit_bias":
-		if !null && !(v.IsObject() && isEmpty(v)) {
-			return r.unsupported(key)
-		}
-	case "top_logprobs":
-		if !null && v.Int() != 0 {
-			return r.unsupported(key)
-		}
-	case "modalities":
-		if !null && !(v.IsArray() && textOnly(v)) {
-			return r.unsupportedValue(key, "Gemini chat translation supports text output only.")
-		}
-	default:
-		return r.unsupported(key)
+// checkMembers refuses the top-level members Gemini cannot honour (unless
+// they are to be dropped), reporting the first in the order the client wrote
+// them. The other members are translated, or have no effect on the answer
+// (model, stream, stream_options, user, safety_identifier,
+// prompt_cache_key, metadata) or are carried by the path.
+func (r *request) checkMembers(f *translate.ChatRequest) error {
+	if r.opts.DropUnsupported {
+		return nil
 	}
-	return nil
+	var first error
+	at := -1
+	refuse := func(v gjson.Result, err error) {
+		if at < 0 || v.Index < at {
+			first, at = err, v.Index
+		}
+	}
+	// Accepted in the values that ask for Gemini's behaviour anyway.
+	for _, m := range []struct {
+		name string
+		v    gjson.Result
+	}{{"store", f.Store}, {"logprobs", f.Logprobs}} {
+		if translate.Present(m.v) && m.v.Type != gjson.False {
+			refuse(m.v, r.unsupported(m.name))
+		}
+	}
+	if v := f.ParallelToolCalls; translate.Present(v) && v.Type != gjson.True {
+		refuse(v, r.unsupportedValue("parallel_tool_calls", "Gemini models cannot be kept from calling functions in parallel."))
+	}
+	if v := f.ServiceTier; translate.Present(v) && v.Str != "auto" && v.Str != "default" {
+		refuse(v, r.unsupportedValue("service_tier", "Gemini models only offer the default service tier."))
+	}
+	if v := f.LogitBias; translate.Present(v) && !(v.IsObject() && isEmpty(v)) {
+		refuse(v, r.unsupported("logit_bias"))
+	}
+	if v := f.TopLogprobs; translate.Present(v) && v.Int() != 0 {
+		refuse(v, r.unsupported("top_logprobs"))
+	}
+	if v := f.Modalities; translate.Present(v) && !(v.IsArray() && textOnly(v)) {
+		refuse(v, r.unsupportedValue("modalities", "Gemini chat translation supports text output only."))
+	}
+	// Members Gemini has no equivalent for, whatever their value.
+	for _, m := range []struct {
+		name string
+		v    gjson.Result
+	}{{"audio", f.Audio}, {"web_search_options", f.WebSearchOptions}, {"functions", f.Functions},
+		{"function_call", f.FunctionCall}, {f.UnknownKey, f.Unknown}} {
+		if m.v.Exists() {
+			refuse(m.v, r.unsupported(m.name))
+		}
+	}
+	return first
 }
 
 func isEmpty(v gjson.Result) bool {

@@ -231,6 +231,10 @@ func TestTranslateRequestErrors(t *testing.T) {
 		{"response_format type", `{"model":"m",` + user + `,"response_format":{"type":"xml"}}`, 400, "invalid_value", "response_format.type"},
 		{"no messages", `{"model":"m"}`, 400, "missing_required_parameter", "messages"},
 		{"empty messages", `{"model":"m","messages":[]}`, 400, "invalid_value", "messages"},
+		// Of two members Gemini cannot honour, the one written first is named.
+		{"first refused: logprobs", `{"model":"m",` + user + `,"logprobs":true,"frobnicate":1}`, 400, "unsupported_parameter", "logprobs"},
+		{"first refused: unknown", `{"model":"m","frobnicate":1,` + user + `,"logprobs":true}`, 400, "unsupported_parameter", "frobnicate"},
+		{"first refused: functions", `{"functions":null,"model":"m",` + user + `,"parallel_tool_calls":false}`, 400, "unsupported_parameter", "functions"},
 		{"not JSON", `{"model":`, 400, "invalid_json", ""},
 		{"not an object", `[1]`, 400, "invalid_type", ""},
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 )
 
 // now is the clock for "created"; tests replace it.
@@ -28,7 +30,7 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 		e := malformed("response")
 		return e.JSON(), e
 	}
-	root := gjson.Parse(bytesString(body))
+	root := gjson.Parse(translate.BytesString(body))
 	if !root.IsObject() {
 		e := malformed("response")
 		return e.JSON(), e
@@ -44,10 +46,8 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 		sum := sha256.Sum256(body)
 		out = hex.AppendEncode(out, sum[:12])
 	}
-	out = append(out, `","object":"chat.completion","created":`...)
-	out = appendInt(out, now().Unix())
-	out = append(out, `,"model":`...)
-	out = appendString(out, clientModel)
+	out = append(out, '"')
+	out = translate.AppendEnvelope(out, translate.Completion, now().Unix(), clientModel)
 	out = append(out, `,"choices":[`...)
 	n := 0
 	r.candidates.ForEach(func(_, c gjson.Result) bool {
@@ -337,15 +337,6 @@ func usageFrom(u gjson.Result) usage {
 }
 
 func (u usage) append(dst []byte) []byte {
-	dst = append(dst, `{"prompt_tokens":`...)
-	dst = appendInt(dst, u.prompt)
-	dst = append(dst, `,"completion_tokens":`...)
-	dst = appendInt(dst, u.completion)
-	dst = append(dst, `,"total_tokens":`...)
-	dst = appendInt(dst, u.total)
-	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
-	dst = appendInt(dst, u.cached)
-	dst = append(dst, `},"completion_tokens_details":{"reasoning_tokens":`...)
-	dst = appendInt(dst, u.reasoning)
-	return append(dst, "}}"...)
+	return translate.Usage{Prompt: u.prompt, Completion: u.completion, Total: u.total, Cached: u.cached,
+		Reasoning: u.reasoning, ReasoningDetails: true}.Append(dst)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/switchyard-ai/switchyard/extproc/translate"
 	"github.com/switchyard-ai/switchyard/internal/sse"
 )
 
@@ -95,7 +96,7 @@ func (s *Stream) event(ev sse.Event) error {
 	if len(data) == 0 {
 		return nil
 	}
-	js := bytesString(data)
+	js := translate.BytesString(data)
 	if !gjson.Valid(js) {
 		s.done, s.err = true, malformed("stream event")
 		return errStop
@@ -149,10 +150,8 @@ func (s *Stream) start(respID string) {
 		_, _ = rand.Read(b[:])
 		s.head = hex.AppendEncode(s.head, b[:])
 	}
-	s.head = append(s.head, `","object":"chat.completion.chunk","created":`...)
-	s.head = appendInt(s.head, now().Unix())
-	s.head = append(s.head, `,"model":`...)
-	s.head = appendString(s.head, s.model)
+	s.head = append(s.head, '"')
+	s.head = translate.AppendEnvelope(s.head, translate.Chunk, now().Unix(), s.model)
 	s.head = append(s.head, ',')
 }
 

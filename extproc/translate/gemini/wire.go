@@ -3,7 +3,6 @@ package gemini
 import (
 	"net/url"
 	"strings"
-	"unsafe"
 
 	"github.com/switchyard-ai/switchyard/internal/jsonquote"
 )
@@ -48,13 +47,6 @@ func resource(model string) string {
 		return "models/" + url.PathEscape(model)
 	}
 	return url.PathEscape(coll) + "/" + url.PathEscape(id)
-}
-
-// bytesString views b as a string without copying, so gjson reads bodies of
-// many megabytes in place and its results are substrings of b. b must not be
-// modified while the string or any result taken from it is in use.
-func bytesString(b []byte) string {
-	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // inner is the text between the quotes of a JSON string literal, still
