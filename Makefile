@@ -16,13 +16,18 @@ run: build
 vet:
 	$(GO) vet ./...
 
-# Fleet-mode rate-limit tests need a real redis-server (Debian package). Install it
-# when missing and we are root; otherwise those tests skip and say why.
+# Fleet-mode rate-limit tests need a real redis-server (Debian package), the metrics
+# and alert-rule checks Prometheus' promtool (Debian package prometheus). Install them
+# when missing and we are root; otherwise those tests skip and say why (in CI, fail).
 test-deps:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1; }; }; } || \
 	  echo "note: redis-server could not be installed; fleet-mode rate-limit tests will be skipped"
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; }; }; } || \
+	  echo "note: promtool could not be installed; the metrics and alert-rule checks will be skipped"
 
 # The contract tests validate bodies against the official OpenAI spec: shared/ checked
 # out beside this repository, or the file $$SWITCHYARD_OPENAPI names. Without it they

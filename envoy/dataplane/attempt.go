@@ -365,7 +365,9 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 		}
 	}
+	sent := time.Now()
 	upResp, err := c.transport.RoundTrip(req.WithContext(actx))
+	s.upstreamWait.Add(int64(time.Since(sent)))
 	if err != nil {
 		return fail(err)
 	}
@@ -376,7 +378,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	rh.stripHopByHop()
 	out := &response{headers: rh, closer: func() { _ = upResp.Body.Close() }, trailer: func() http.Header { return upResp.Trailer }}
 	if upResp.Body != http.NoBody && upResp.ContentLength != 0 {
-		out.body = &activityReader{r: upResp.Body, idle: s.idle}
+		out.body = &activityReader{r: upResp.Body, idle: s.idle, wait: &s.upstreamWait}
 	}
 	if p := a.proc; p != nil {
 		out, err = s.upstreamResponsePhases(actx, p, out)

@@ -78,6 +78,10 @@ type requestState struct {
 	attempts         int
 	upstreamHost     string
 	retriesExhausted bool
+	// upstreamWait is the nanoseconds spent waiting on upstreams (round
+	// trips to response headers, blocked response body reads): the
+	// request's duration less this is the latency the gateway added.
+	upstreamWait atomic.Int64
 	detail           string
 	flags            []string // Envoy's response flags of a local reply
 	wroteHeader      bool

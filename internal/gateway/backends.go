@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -121,6 +122,12 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		return nil, err
 	}
 	c.closers = append(c.closers, svc.Close)
+	c.metrics = func(w io.Writer) error {
+		// A scrape reads the batch store; bound it like a scrape timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return svc.WritePrometheus(ctx, w)
+	}
 	lis := opts.Listener
 	if lis == nil {
 		if lis, err = net.Listen("tcp", opts.Listen); err != nil {

@@ -42,10 +42,15 @@ type Component struct {
 	metrics func(io.Writer) error
 }
 
-// WriteMetrics writes the component's metrics (the build info on every
-// component; extproc: rate-limiting outcomes) in the Prometheus text format.
+// WriteMetrics writes the component's metrics (on every component the build
+// info and the Go runtime and process metrics; the control plane:
+// configuration reloads; extproc: rate-limiting outcomes; the backends: the
+// batch backlog) in the Prometheus text format.
 func (c *Component) WriteMetrics(w io.Writer) error {
 	if err := metrics.ReadBuild().WritePrometheus(w); err != nil {
+		return err
+	}
+	if err := metrics.WriteProcess(w); err != nil {
 		return err
 	}
 	if c.metrics == nil {
@@ -104,6 +109,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 		Addr:    lis.Addr(),
 		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
 		closers: []func(){srv.GracefulStop, cancel},
+		metrics: cp.WritePrometheus,
 	}, nil
 }
 

@@ -372,13 +372,16 @@ func startAdmin(g *Gateway, opts Options) error {
 		Config:  g.Control.Config,
 		Routing: g.Control,
 		Metrics: func(w io.Writer) error {
-			if err := metrics.ReadBuild().WritePrometheus(w); err != nil {
-				return err
+			for _, write := range []func(io.Writer) error{metrics.ReadBuild().WritePrometheus, metrics.WriteProcess,
+				g.Requests.WritePrometheus, g.Metrics.WritePrometheus, g.Control.WritePrometheus} {
+				if err := write(w); err != nil {
+					return err
+				}
 			}
-			if err := g.Requests.WritePrometheus(w); err != nil {
-				return err
+			if g.Backends != nil && g.Backends.metrics != nil {
+				return g.Backends.metrics(w)
 			}
-			return g.Metrics.WritePrometheus(w)
+			return nil
 		},
 		// This process sees its own changes at once; others at their next
 		// poll of the key database.

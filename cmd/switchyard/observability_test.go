@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// promtool returns the path of Prometheus' promtool (Debian package
+// prometheus; `make test-deps` installs it). Without it the test skips and
+// says why; in CI (CI set) it fails.
+func promtool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not installed: CI must check the metrics and alert rules (make test-deps installs it)")
+		}
+		t.Skip("SKIPPED: promtool not installed (apt-get install prometheus, or make test-deps as root)")
+	}
+	return p
+}
+
+// checkMetrics runs `promtool check metrics` on an exposition.
+func checkMetrics(t *testing.T, tool, what string, exposition []byte) {
+	t.Helper()
+	cmd := exec.Command(tool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(exposition)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics, %s: %v\n%s", what, err, out)
+	}
+}
+
+// getMetrics reads url's /metrics, with a bearer token when token is set.
+func getMetrics(t *testing.T, url, token string) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %d %s", url, resp.StatusCode, b)
+	}
+	return b
+}
+
+// waitHealthy polls addr's /healthz until it answers 200.
+func waitHealthy(t *testing.T, addr string, logs *lockedBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not healthy in time\n%s", addr, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startRunWithChat starts `switchyard run` on the default configuration (demo
+// upstreams on free ports) with a demo key and an admin listener, sends one
+// chat completion through it, and returns the admin API's URL and token.
+func startRunWithChat(t *testing.T) (adminURL, adminTok string) {
+	t.Helper()
+	cfg := string(mustRead(t, "../../internal/config/default.yaml"))
+	for _, port := range []string{"127.0.0.1:8091", "127.0.0.1:8092", "127.0.0.1:8093", "127.0.0.1:8094"} {
+		cfg = strings.ReplaceAll(cfg, port, freePort(t))
+	}
+	path := filepath.Join(t.TempDir(), "demo.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SWITCHYARD_FAKE_OPENAI_KEY", "")
+	t.Setenv("SWITCHYARD_FAKE_SEARCH_KEY", "")
+	adminTok = "admin-token-for-the-metrics-test"
+	t.Setenv(adminTokenEnv, adminTok)
+	admin := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"run", "--config", path, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
+			"--admin-listen", admin, "--demo-key", "--log-level", "warn"}, &out, &errOut)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	curl := regexp.MustCompile(`curl -s (\S+) -H 'Authorization: Bearer (\S+)'.* -d '(.*)'`)
+	deadline := time.Now().Add(15 * time.Second)
+	var m []string
+	for m == nil {
+		m = curl.FindStringSubmatch(out.String())
+		if m != nil {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run exited early: %v\nstderr: %s", err, errOut.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no demo key printed:\n%s", out.String())
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, m[1], strings.NewReader(m[3]))
+	req.Header.Set("Authorization", "Bearer "+m[2])
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("chat completion: %d %s", resp.StatusCode, b)
+	}
+	return "http://" + admin, adminTok
+}
+
+// TestMetricsExposition checks /metrics of `switchyard run`'s admin
+// listener and of each split component: the families each must serve, and
+// `promtool check metrics` finds nothing wrong with any of them.
+func TestMetricsExposition(t *testing.T) {
+	tool := promtool(t)
+	adminURL, adminTok := startRunWithChat(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	xds, cpHealth, epHealth, beHealth := freePort(t), freePort(t), freePort(t), freePort(t)
+	for _, env := range []string{"SWITCHYARD_FAKE_OPENAI_KEY", "SWITCHYARD_FAKE_ANTHROPIC_KEY", "SWITCHYARD_FAKE_GEMINI_KEY"} {
+		t.Setenv(env, "test-key")
+	}
+	t.Setenv("SWITCHYARD_INTERNAL_TOKEN", "internal-token-for-the-metrics-test")
+	done := make(chan error, 3)
+	var logs lockedBuffer
+	go func() {
+		done <- run(ctx, []string{"controlplane", "--listen", xds, "--health", cpHealth, "--log-level", "warn"}, &logs, &logs)
+	}()
+	go func() {
+		done <- run(ctx, []string{"extproc", "--xds", xds, "--listen", freePort(t), "--data-dir", t.TempDir(),
+			"--health", epHealth, "--log-level", "warn"}, &logs, &logs)
+	}()
+	go func() {
+		done <- run(ctx, []string{"backends", "--listen", freePort(t), "--data-dir", t.TempDir(),
+			"--gateway-url", "http://127.0.0.1:1/v1", "--health", beHealth, "--log-level", "warn"}, &logs, &logs)
+	}()
+	for _, a := range []string{cpHealth, epHealth, beHealth} {
+		waitHealthy(t, a, &logs)
+	}
+
+	for _, c := range []struct {
+		what, url, token string
+		want             []string
+	}{
+		{"run admin", adminURL + "/metrics", adminTok, []string{
+			"switchyard_requests_total", "gen_ai_client_token_usage_bucket", "gen_ai_server_request_duration_seconds_bucket",
+			"gen_ai_server_time_to_first_token_seconds_bucket", "switchyard_added_latency_seconds_bucket",
+			"switchyard_config_reloads_total", "switchyard_batches", "go_goroutines", "process_resident_memory_bytes"}},
+		{"controlplane", "http://" + cpHealth + "/metrics", "", []string{
+			"switchyard_build_info", "switchyard_config_reloads_total", "switchyard_config_version", "go_goroutines", "process_cpu_seconds_total"}},
+		{"extproc", "http://" + epHealth + "/metrics", "", []string{"switchyard_build_info", "go_goroutines", "process_open_fds"}},
+		{"backends", "http://" + beHealth + "/metrics", "", []string{
+			"switchyard_build_info", "switchyard_batches", "switchyard_batch_lines_pending", "go_goroutines"}},
+	} {
+		b := getMetrics(t, c.url, c.token)
+		for _, name := range c.want {
+			if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).Match(b) {
+				t.Errorf("%s: no sample of %s in\n%s", c.what, name, b)
+			}
+		}
+		checkMetrics(t, tool, c.what, b)
+	}
+	cancel()
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Errorf("exit: %v", err)
+		}
+	}
+}
