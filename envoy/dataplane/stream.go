@@ -82,9 +82,9 @@ type requestState struct {
 	// trips to response headers, blocked response body reads): the
 	// request's duration less this is the latency the gateway added.
 	upstreamWait atomic.Int64
-	detail           string
-	flags            []string // Envoy's response flags of a local reply
-	wroteHeader      bool
+	detail       string
+	flags        []string // Envoy's response flags of a local reply
+	wroteHeader  bool
 	// eventStream: the response is text/event-stream; tail is the end of
 	// what went downstream, so a cut can tell whether it is between events.
 	eventStream bool
