@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -137,7 +139,16 @@ func startRunWithChat(t *testing.T) (adminURL, adminTok string) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("chat completion: %d %s", resp.StatusCode, b)
 	}
-	return "http://" + admin, adminTok
+	// The data plane records a request once its response is sent: wait
+	// for it to show.
+	adminURL = "http://" + admin
+	for !bytes.Contains(getMetrics(t, adminURL+"/metrics", adminTok), []byte("\ngen_ai_client_token_usage_bucket{")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the chat completion is not in the metrics")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return adminURL, adminTok
 }
 
 // TestMetricsExposition checks /metrics of `switchyard run`'s admin
@@ -197,6 +208,93 @@ func TestMetricsExposition(t *testing.T) {
 	for range 3 {
 		if err := <-done; err != nil {
 			t.Errorf("exit: %v", err)
+		}
+	}
+}
+
+// metricNameRE finds Switchyard's, the GenAI conventions' and the Go
+// runtime's metric names in a PromQL expression.
+var metricNameRE = regexp.MustCompile(`\b(?:switchyard|gen_ai|go|process)_[a-z0-9_]+\b`)
+
+// exposedNames are the names queries can use on an exposition: every
+// family its TYPE lines declare, with a histogram's _bucket, _sum and
+// _count, and the label names of its samples.
+func exposedNames(exposition []byte) map[string]bool {
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile(`[{,]([a-z_]+)="`).FindAllSubmatch(exposition, -1) {
+		names[string(m[1])] = true
+	}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`).FindAllSubmatch(exposition, -1) {
+		n := string(m[1])
+		names[n] = true
+		if string(m[2]) == "histogram" {
+			names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true
+		}
+	}
+	return names
+}
+
+// TestDashboardAndAlertRules validates deploy/'s Grafana dashboard and
+// Prometheus alert rules: the rules pass `promtool check rules`; every
+// dashboard query is valid PromQL (checked as a recording rule, Grafana's
+// variables filled in); and every metric either names is one a running
+// gateway exposes.
+func TestDashboardAndAlertRules(t *testing.T) {
+	tool := promtool(t)
+	const rulesPath = "../../deploy/prometheus/alerts.yaml"
+	if out, err := exec.Command(tool, "check", "rules", rulesPath).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules: %v\n%s", err, out)
+	}
+
+	var dash struct {
+		Title  string `json:"title"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(mustRead(t, "../../deploy/grafana/switchyard.json"), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	var exprs []string
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	fill := strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$instance", ".*")
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+			q, _ := json.Marshal(fill.Replace(tg.Expr))
+			fmt.Fprintf(&rules, "      - record: dashboard:query:%d\n        expr: %s\n", len(exprs), q)
+		}
+	}
+	for _, v := range dash.Templating.List {
+		exprs = append(exprs, v.Definition)
+	}
+	if len(exprs) < 15 {
+		t.Fatalf("the dashboard has only %d queries", len(exprs))
+	}
+	dashRules := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(dashRules, []byte(rules.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(tool, "check", "rules", dashRules).CombinedOutput(); err != nil {
+		t.Errorf("dashboard queries are not valid PromQL: %v\n%s", err, out)
+	}
+
+	adminURL, adminTok := startRunWithChat(t)
+	exposed := exposedNames(getMetrics(t, adminURL+"/metrics", adminTok))
+	for what, text := range map[string]string{"dashboard": strings.Join(exprs, "\n"), "alert rules": string(mustRead(t, rulesPath))} {
+		for _, name := range metricNameRE.FindAllString(text, -1) {
+			if !exposed[name] {
+				t.Errorf("%s query uses %s, which the gateway does not expose (as a metric or label)", what, name)
+			}
 		}
 	}
 }
