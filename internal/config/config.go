@@ -46,6 +46,8 @@ type Config struct {
 	OutlierDetection OutlierDetection `yaml:"outlier_detection" json:"outlier_detection,omitempty"`
 	// Tools configures the Responses API's built-in tools (tools.go).
 	Tools Tools `yaml:"tools" json:"tools,omitempty"`
+	// Observability configures trace export (observability.go).
+	Observability Observability `yaml:"observability" json:"observability,omitempty"`
 }
 
 // OutlierDetection ejects a provider that keeps failing: after
@@ -529,6 +531,7 @@ func (v *validator) check(c *Config) {
 	}
 	v.checkDeploy(c)
 	v.checkTools(c)
+	v.checkObservability(c)
 	if len(c.Listeners) == 0 {
 		v.fail("at least one listener is required", "listeners")
 	}

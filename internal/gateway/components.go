@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
+	"github.com/switchyard-ai/switchyard/internal/tracing"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
@@ -139,6 +140,9 @@ type ExtProcOptions struct {
 	// backend routes get no token.
 	InternalToken string
 	Logger        *slog.Logger
+	// Tracing, when it names a collector, exports extproc's spans
+	// (service switchyard-extproc).
+	Tracing *config.Tracing
 }
 
 // StartExtProc serves the ext_proc service, configured by the control
@@ -176,6 +180,14 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	c.metrics = m.WritePrometheus
 	eo := extproc.Options{Keys: cache, Metrics: m, InternalToken: opts.InternalToken,
 		Logger: log.With("component", "extproc")}
+	tp, err := tracing.NewProvider(ctx, opts.Tracing, "switchyard-extproc")
+	if err != nil {
+		return nil, err
+	}
+	if tp != nil {
+		eo.Tracer = tp
+		c.closers = append(c.closers, func() { tracing.Shutdown(tp) })
+	}
 	if opts.RateLimit != "" {
 		rls, err := grpc.NewClient("passthrough:///"+opts.RateLimit, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

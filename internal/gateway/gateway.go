@@ -24,6 +24,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/inprocgrpc"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
+	"github.com/switchyard-ai/switchyard/internal/tracing"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
@@ -171,6 +173,18 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	g.stop = cancel
 
+	// Traces (observability.tracing), off by default. The provider is
+	// closed last, flushing the spans of the requests the drain finished.
+	tp, err := tracing.NewProvider(ctx, cfg.Observability.Tracing, "switchyard")
+	if err != nil {
+		return nil, err
+	}
+	var tracer trace.TracerProvider // stays a nil interface when off
+	if tp != nil {
+		tracer = tp
+		g.closers = append(g.closers, func() { tracing.Shutdown(tp) })
+	}
+
 	if err := startDemoUpstreams(runCtx, cfg, g, opts.DemoUpstream); err != nil {
 		return nil, err
 	}
@@ -271,6 +285,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		Metrics:       g.Metrics,
 		InternalToken: token,
 		Logger:        log.With("component", "extproc"),
+		Tracer:        tracer,
 	})
 	// A buffered request body arrives in one gRPC message: allow the
 	// configured body limit plus room for headers.
@@ -312,6 +327,9 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		},
 		Metrics: g.Requests,
 		Region:  region,
+		Tracer:  tracer,
+		// The backends continue the trace; providers never see it.
+		TraceClusters: map[string]bool{controlplane.BackendsCluster: true},
 	}
 	if opts.ListenOverride != "" {
 		dpOpts.ListenOverride = map[string]string{g.listener.Name: opts.ListenOverride}
@@ -346,7 +364,8 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	if backendsLis != nil {
 		bo := BackendsOptions{Listener: backendsLis, DataDir: opts.DataDir, GatewayURL: g.BaseURL(), Token: token,
-			Tools: cfg.Tools, Tiers: cfg.Tiers, BatchPaceAfter: opts.BatchPaceAfter, Logger: log.With("component", "backends")}
+			Tools: cfg.Tools, Tiers: cfg.Tiers, BatchPaceAfter: opts.BatchPaceAfter, Logger: log.With("component", "backends"),
+			Tracer: tracer}
 		if t := g.listener.TLS; t != nil {
 			bo.GatewayCAFile = t.CertFile
 		}
