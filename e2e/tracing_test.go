@@ -213,6 +213,10 @@ func TestTracesExported(t *testing.T) {
 	if !continued {
 		t.Error("no server span continues the client's trace")
 	}
+	// The access log line names the trace.
+	if !strings.Contains(s.logs.String(), `"trace_id":"`+clientTrace+`"`) {
+		t.Error("no access log line names the client's trace")
+	}
 	// ...and never reaches the provider, nor does the gateway's own.
 	for _, r := range s.upstream.all() {
 		if r.header.Get("traceparent") != "" || r.header.Get("tracestate") != "" {
