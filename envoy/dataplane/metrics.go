@@ -17,7 +17,7 @@ func (s *requestState) observe() {
 	if m == nil {
 		return
 	}
-	r := metrics.Request{Status: s.status, Duration: s.end.Sub(s.start), Attempts: s.attempts, Upstream: -1}
+	r := metrics.Request{Status: s.status, Duration: s.end.Sub(s.start), Attempts: s.attempts, Upstream: -1, Stream: s.eventStream}
 	if s.attempts > 0 {
 		r.Upstream = time.Duration(s.upstreamWait.Load())
 	}

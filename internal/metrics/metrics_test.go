@@ -129,7 +129,7 @@ func TestGenAIFamilies(t *testing.T) {
 	m := NewRequests()
 	m.Observe(Request{Model: "gpt-x", Provider: "p1", Operation: "chat", Status: 200,
 		Duration: 2 * time.Second, TimeToFirstByte: 500 * time.Millisecond, PromptTokens: 10, CompletionTokens: 4,
-		Upstream: 1990 * time.Millisecond})
+		Upstream: 1990 * time.Millisecond, Stream: true})
 	m.Observe(Request{Model: "gpt-x", Provider: "p1", Operation: "chat", Status: 503, Duration: time.Second, Upstream: -1})
 	m.Observe(Request{Model: "/v1/files", Status: 200, Duration: time.Millisecond, Upstream: -1}) // not a model request
 	var b strings.Builder

@@ -30,6 +30,10 @@ type Request struct {
 	// response bodies. Duration less Upstream is the latency the gateway
 	// added; negative means no upstream was involved.
 	Upstream time.Duration
+	// Stream: the response was an event stream, whose time per output
+	// token is meaningful (a buffered response's headers come with its
+	// last token).
+	Stream bool
 }
 
 // Latency buckets in seconds: sub-millisecond gateway answers (local
@@ -99,7 +103,7 @@ func NewRequests() *Requests {
 			"GenAI semantic conventions gen_ai.server.time_to_first_token (s): time to the response headers of a successful model request (for streams, the first token).",
 			genAITTFTBuckets, genAILabels...),
 		GenAITimePerOutput: NewHistogramVec("gen_ai_server_time_per_output_token_seconds",
-			"GenAI semantic conventions gen_ai.server.time_per_output_token (s): time per output token after the first, of a successful model request.",
+			"GenAI semantic conventions gen_ai.server.time_per_output_token (s): time per output token after the first, of a successful streamed model request.",
 			genAITPOTBuckets, genAILabels...),
 	}
 }
@@ -147,7 +151,7 @@ func (m *Requests) Observe(r Request) {
 		return
 	}
 	m.GenAITimeToFirst.Observe(r.TimeToFirstByte.Seconds(), r.Operation, r.Provider, r.Model)
-	if r.CompletionTokens > 1 {
+	if r.Stream && r.CompletionTokens > 1 {
 		per := (r.Duration - r.TimeToFirstByte).Seconds() / float64(r.CompletionTokens-1)
 		m.GenAITimePerOutput.Observe(per, r.Operation, r.Provider, r.Model)
 	}
