@@ -39,7 +39,6 @@ const (
 	HTTPRequestMethod         = attribute.Key("http.request.method")
 	HTTPResponseStatusCode    = attribute.Key("http.response.status_code")
 	URLPath                   = attribute.Key("url.path")
-	ServerAddress             = attribute.Key("server.address")
 	ErrorType                 = attribute.Key("error.type")
 	SwitchyardProvider        = attribute.Key("switchyard.provider")
 	SwitchyardUpstreamCluster = attribute.Key("switchyard.upstream_cluster")
@@ -96,18 +95,6 @@ func OperationName(path string) string {
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
-
-// ProviderName is gen_ai.provider.name for a provider kind of the
-// configuration (its well-known value where the conventions have one).
-func ProviderName(kind string) string {
-	switch kind {
-	case "gemini":
-		return "gcp.gemini"
-	case "":
-		return "unknown"
-	}
-	return kind
-}
 
 // Handler wraps h with a server span per request, continuing the trace of
 // the request's traceparent. The span is named by method and route, never
