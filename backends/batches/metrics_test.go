@@ -12,7 +12,7 @@ func TestBacklogMetrics(t *testing.T) {
 	e := newEnv(t, envConfig{}) // no runner: the rows stay as written
 	ctx := context.Background()
 	for _, r := range []struct {
-		id, status                string
+		id, status               string
 		total, completed, failed int
 	}{
 		{"batch_a", statusInProgress, 10, 3, 1},
