@@ -245,6 +245,21 @@ func TestDashboardAndAlertRules(t *testing.T) {
 	if out, err := exec.Command(tool, "check", "rules", rulesPath).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules: %v\n%s", err, out)
 	}
+	// The example scrape configuration, with the rules beside it and the
+	// admin token file it names.
+	promDir := t.TempDir()
+	for name, content := range map[string][]byte{
+		"prometheus.yaml":        mustRead(t, "../../deploy/prometheus/prometheus.yaml"),
+		"alerts.yaml":            mustRead(t, rulesPath),
+		"switchyard-admin.token": []byte("token\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(promDir, name), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command(tool, "check", "config", filepath.Join(promDir, "prometheus.yaml")).CombinedOutput(); err != nil {
+		t.Errorf("promtool check config: %v\n%s", err, out)
+	}
 
 	var dash struct {
 		Title  string `json:"title"`
