@@ -123,6 +123,13 @@ func TestTracesExported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A provider failure: the spans say so.
+	const failTrace = "5bf92f3577b34da6a3ce929d0e0e4737"
+	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model:    "demo/chat",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+	}, option.WithHeader("x-fake-status", "500"), option.WithHeader("traceparent", "00-"+failTrace+"-"+clientParent+"-01"))
+	apiError(t, err, 500, "fake_fault")
 	if completion == "" || streamed.Len() == 0 || resp.OutputText() == "" {
 		t.Fatalf("empty answers: %q %q %q", completion, streamed.String(), resp.OutputText())
 	}
@@ -148,9 +155,12 @@ func TestTracesExported(t *testing.T) {
 		}
 	}
 	var chatServers []*tracepb.Span
-	var respServer *tracepb.Span
+	var respServer, failed *tracepb.Span
 	for _, sp := range spans {
 		switch {
+		case sp.GetName() == "POST /v1/chat/completions" && sp.GetKind() == tracepb.Span_SPAN_KIND_SERVER &&
+			hex.EncodeToString(sp.GetTraceId()) == failTrace:
+			failed = sp
 		case sp.GetName() == "POST /v1/chat/completions" && sp.GetKind() == tracepb.Span_SPAN_KIND_SERVER:
 			chatServers = append(chatServers, sp)
 		case sp.GetName() == "POST /v1/responses" && sp.GetKind() == tracepb.Span_SPAN_KIND_SERVER && attr(sp, "switchyard.backends.route") == nil:
@@ -201,6 +211,23 @@ func TestTracesExported(t *testing.T) {
 			t.Errorf("extproc spans: downstream %d, upstream %d", len(down), len(up))
 		} else if attr(down[0], "gen_ai.request.model").GetStringValue() != "demo/chat" || attr(down[0], "gen_ai.response.model").GetStringValue() == "" {
 			t.Errorf("extproc span attributes: %v", down[0].GetAttributes())
+		}
+	}
+	// The failed request: an error, on the request and on its attempts.
+	if failed == nil {
+		t.Fatal("no span of the failed request")
+	}
+	if failed.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || attr(failed, "error.type").GetStringValue() != "500" ||
+		attr(failed, "http.response.status_code").GetIntValue() != 500 {
+		t.Errorf("failed request's span: %v %v", failed.GetStatus(), failed.GetAttributes())
+	}
+	atts := children(failed, "chat demo/chat")
+	if len(atts) == 0 {
+		t.Error("no attempt span under the failed request")
+	}
+	for _, a := range atts {
+		if a.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || attr(a, "http.response.status_code").GetIntValue() != 500 {
+			t.Errorf("failed attempt's span: %v %v", a.GetStatus(), a.GetAttributes())
 		}
 	}
 	// The client's traceparent is continued...

@@ -166,10 +166,7 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		a := s.attempt(actx, rt, member, ep, &h, body, policy)
 		if span != nil {
 			// The answering attempt's span lasts until the response is
-			// sent (endTrace); a retried one ends here.
-			if s.upSpan != nil {
-				s.endAttemptSpan(s.upSpan, s.upStatus)
-			}
+			// sent (endTrace); a retried one ends when it is discarded.
 			s.upSpan, s.upStatus = span, a.status
 		}
 		if a.done {
@@ -180,6 +177,10 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 			s.log.Debug("upstream attempt failed; retrying", "cluster", member.name, "host", ep.addr,
 				"status", a.status, "failure", a.kind, "attempt", s.attempts)
 			a.discard()
+			if s.upSpan != nil {
+				s.endAttemptSpan(s.upSpan, s.upStatus)
+				s.upSpan = nil
+			}
 			sel.attempted(ep, priority)
 			retries++
 			t := time.NewTimer(policy.backoff(retries))
