@@ -106,9 +106,9 @@ func Handler(tp trace.TracerProvider, route func(*http.Request) string, h http.H
 	tr := tp.Tracer("github.com/switchyard-ai/switchyard/backends")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		name := r.Method + " " + route(r)
-		ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(HTTPRequestMethod.String(r.Method), SwitchyardBackendsRoute.String(route(r))))
+		rt := route(r)
+		ctx, span := tr.Start(ctx, r.Method+" "+rt, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(HTTPRequestMethod.String(r.Method), SwitchyardBackendsRoute.String(rt)))
 		defer span.End()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		h.ServeHTTP(sw, r.WithContext(ctx))
