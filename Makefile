@@ -16,7 +16,8 @@ run: build
 vet:
 	$(GO) vet ./...
 
-# Fleet-mode rate-limit tests need a real redis-server (Debian package), and the
+# Fleet-mode rate-limit tests need a real redis-server (Debian package), the metrics
+# and alert-rule checks Prometheus' promtool (Debian package prometheus), and the
 # fleet-storage tests a real PostgreSQL (Debian's postgresql: initdb and postgres,
 # run by internal/testing/pgtest) and an S3-compatible store (versitygw, pinned, built
 # with go install into bin/versitygw-$(VERSITYGW_VERSION), run by internal/testing/s3test).
@@ -37,6 +38,10 @@ test-deps:
 	  GOBIN=$(CURDIR)/bin/.versitygw GOFLAGS= $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION) && \
 	  mv bin/.versitygw/versitygw bin/versitygw-$(VERSITYGW_VERSION) && rm -rf bin/.versitygw; } || \
 	  echo "note: versitygw could not be installed; fleet-storage (S3) tests will be skipped (fail in CI)"
+	@command -v promtool >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; }; }; } || \
+	  echo "note: promtool could not be installed; the metrics and alert-rule checks will be skipped"
 
 # The contract tests validate bodies against the official OpenAI spec: shared/ checked
 # out beside this repository, or the file $$SWITCHYARD_OPENAPI names. Without it they

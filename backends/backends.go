@@ -7,6 +7,7 @@ package backends
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -147,4 +148,9 @@ func (s *Service) Close() {
 	if s.files != nil {
 		_ = s.files.Close()
 	}
+}
+
+// WritePrometheus writes the backends' metrics: the batch backlog.
+func (s *Service) WritePrometheus(ctx context.Context, w io.Writer) error {
+	return s.batches.WritePrometheus(ctx, w)
 }

@@ -88,6 +88,7 @@ func (s *Server) pollFile(ctx context.Context, path string) bool {
 	s.file.seen = sum
 	cfg, err := config.Parse(path, b)
 	if err != nil {
+		s.reloads.Inc("file", "failure")
 		s.logger.Error("config file change ignored: invalid configuration; the previous one stays in force", "path", path, "error", err)
 		return false
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/internal/catalog"
 	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/metrics"
 )
 
 // Snapshots are per home region (docs/routing-design.md): a node gets the
@@ -112,6 +114,10 @@ type Server struct {
 	// the file the hash of the content it last read, so tests wait for
 	// the look instead of sleeping.
 	filePolled func(seen [sha256.Size]byte)
+	// Reloads counts configuration changes by source and result
+	// (WritePrometheus); lastApplied is when one last took effect.
+	reloads     *metrics.CounterVec
+	lastApplied atomic.Int64 // Unix seconds
 
 	// DefaultBackends, when set before the first Update, is the backends
 	// service used when a configuration names none: `switchyard run` serves
@@ -151,6 +157,9 @@ func New(logger *slog.Logger) *Server {
 		},
 	}
 	return &Server{
+		reloads: metrics.NewCounterVec("switchyard_config_reloads_total",
+			"Configuration changes, by source (file: loaded or reloaded from the configuration; api: the admin API's routing changes) and result (success, failure: refused, the previous configuration stays in force).",
+			"source", "result"),
 		logger:       logger,
 		cache:        cache,
 		acks:         acks,
@@ -260,8 +269,9 @@ func (s *Server) currentVersion() string {
 
 // setLocked validates base without drained, builds one snapshot per region
 // and sets them all under the next version.
-func (s *Server) setLocked(ctx context.Context, base *config.Config, drained []string, what string) (string, error) {
-	base, err := clone(base)
+func (s *Server) setLocked(ctx context.Context, base *config.Config, drained []string, what string) (_ string, err error) {
+	defer func() { s.countChange(what, err) }()
+	base, err = clone(base)
 	if err != nil {
 		return "", err
 	}
@@ -581,3 +591,34 @@ func (a slogAdapter) Debugf(format string, args ...any) { a.l.Debug(fmt.Sprintf(
 func (a slogAdapter) Infof(format string, args ...any)  { a.l.Debug(fmt.Sprintf(format, args...)) }
 func (a slogAdapter) Warnf(format string, args ...any)  { a.l.Info(fmt.Sprintf(format, args...)) }
 func (a slogAdapter) Errorf(format string, args ...any) { a.l.Error(fmt.Sprintf(format, args...)) }
+
+// countChange records a configuration change's outcome in the reload
+// metrics: "update" is the configuration file's (loaded or reloaded),
+// anything else an admin API routing change.
+func (s *Server) countChange(what string, err error) {
+	source := "api"
+	if what == "update" {
+		source = "file"
+	}
+	if err != nil {
+		s.reloads.Inc(source, "failure")
+		return
+	}
+	s.reloads.Inc(source, "success")
+	s.lastApplied.Store(time.Now().Unix())
+}
+
+// WritePrometheus writes the control plane's metrics: configuration
+// changes by source and result, when one last took effect, and the
+// snapshot version in force.
+func (s *Server) WritePrometheus(w io.Writer) error {
+	if err := s.reloads.WritePrometheus(w); err != nil {
+		return err
+	}
+	if err := metrics.WriteGauge(w, "switchyard_config_last_reload_success_timestamp_seconds",
+		"When a configuration change last took effect, in seconds since the Unix epoch.", float64(s.lastApplied.Load())); err != nil {
+		return err
+	}
+	v, _ := strconv.ParseFloat(s.currentVersion(), 64)
+	return metrics.WriteGauge(w, "switchyard_config_version", "The configuration snapshot version in force (1, 2, ...).", v)
+}

@@ -62,3 +62,55 @@ func TestRequestMetrics(t *testing.T) {
 		t.Error("metrics carry request content")
 	}
 }
+
+// TestGenAIMetrics: the GenAI semantic-convention families and the added
+// latency, through the real path. The fake provider takes 300 ms per
+// answer; the gateway's share (the added latency) must not count it.
+func TestGenAIMetrics(t *testing.T) {
+	const adminToken = "metrics-admin-token-0123456789"
+	s := newStack(t, stackOptions{serviceTime: 300 * time.Millisecond, gateway: func(o *gateway.Options) {
+		o.AdminListen = "127.0.0.1:0"
+		o.AdminToken = adminToken
+	}})
+	ctx := context.Background()
+	c := s.client()
+	if _, err := c.Chat.Completions.New(ctx, chatParams("hello there")); err != nil {
+		t.Fatal(err)
+	}
+	stream := c.Chat.Completions.NewStreaming(ctx, chatParams("a streamed hello with a few more words"))
+	for stream.Next() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	labels := `gen_ai_operation_name="chat",gen_ai_provider_name="fake-openai",gen_ai_request_model="demo/chat"`
+	want := []string{
+		`gen_ai_client_token_usage_count{` + labels + `,gen_ai_token_type="input"} 2`,
+		`gen_ai_client_token_usage_count{` + labels + `,gen_ai_token_type="output"} 2`,
+		`gen_ai_server_request_duration_seconds_count{` + labels + `,error_type=""} 2`,
+		// Both took the fake's 300 ms: none within 0.16 s.
+		`gen_ai_server_request_duration_seconds_bucket{` + labels + `,error_type="",le="0.16"} 0`,
+		`gen_ai_server_time_to_first_token_seconds_count{` + labels + `} 2`,
+		// Streams only.
+		`gen_ai_server_time_per_output_token_seconds_count{` + labels + `} 1`,
+		// The gateway's own share is far below the provider's 300 ms.
+		`switchyard_added_latency_seconds_bucket{model="demo/chat",provider="fake-openai",le="0.1"} 2`,
+	}
+	var m string
+	missing := want
+	for deadline := time.Now().Add(5 * time.Second); len(missing) > 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		m = s.adminGet(t, "/metrics", adminToken)
+		missing = missing[:0:0]
+		for _, line := range want {
+			if !strings.Contains(m, line+"\n") {
+				missing = append(missing, line)
+			}
+		}
+	}
+	for _, line := range missing {
+		t.Errorf("metrics lack %q", line)
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", m)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcmd "google.golang.org/grpc/metadata"
@@ -78,6 +79,9 @@ type Options struct {
 	Getenv func(string) string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Tracer, if not nil, makes a span per Process stream that carries
+	// the data plane's trace context (tracing.go).
+	Tracer trace.TracerProvider
 }
 
 // Server is the ext_proc server. It is safe for concurrent use: each Process
@@ -94,6 +98,7 @@ type Server struct {
 	alerted sync.Map
 	getenv  func(string) string
 	log     *slog.Logger
+	tracer  trace.Tracer // nil: no tracing
 
 	routes atomic.Pointer[routeTable]
 	limits limiter
@@ -122,6 +127,9 @@ func New(opts Options) *Server {
 	}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if opts.Tracer != nil {
+		s.tracer = opts.Tracer.Tracer("github.com/switchyard-ai/switchyard/extproc")
 	}
 	s.limits = limiter{rls: opts.Limiter, timeout: opts.LimiterTimeout, metrics: opts.Metrics}
 	if s.limits.metrics == nil {
@@ -154,7 +162,11 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	// Messages are unmarshalled afresh for this stream and held by nothing
 	// else, so the handlers may edit request bodies in place.
 	var h handler
-	if md, ok := grpcmd.FromIncomingContext(ctx); ok && firstValue(md, catalog.PhaseMetadata) == catalog.PhaseUpstream {
+	md, _ := grpcmd.FromIncomingContext(ctx)
+	upstream := firstValue(md, catalog.PhaseMetadata) == catalog.PhaseUpstream
+	tr := s.startTrace(ctx, upstream)
+	defer tr.end()
+	if upstream {
 		u := newUpstreamStream(s, firstValue(md, catalog.ProviderMetadata))
 		u.ownsBody = true
 		h = u
@@ -181,6 +193,7 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 		if err != nil {
 			return err
 		}
+		tr.observe(req, resp)
 		if req.GetObservabilityMode() {
 			// Envoy ignores replies in observability mode.
 			continue

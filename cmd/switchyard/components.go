@@ -12,7 +12,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/tracing"
 )
 
 // cmdControlPlane is `switchyard controlplane`: the control plane alone,
@@ -76,8 +78,16 @@ func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Region, "region", "", "home region announced to the control plane, as the Envoy beside it does (default: the config's region)")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL traces are exported to, http://host:4317 or https://… (default: no tracing; as the configuration's observability.tracing.otlp_endpoint)")
+	ratio := fs.Float64("trace-sample-ratio", 1, "share of new traces recorded, 0 to 1 (a request's traceparent keeps its own decision)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *otlp != "" {
+		if *ratio < 0 || *ratio > 1 {
+			return errors.New("--trace-sample-ratio must be between 0 and 1")
+		}
+		o.Tracing = &config.Tracing{OTLPEndpoint: *otlp, SampleRatio: ratio}
 	}
 	logger, err := newLogger(stderr, *logLevel)
 	if err != nil {
@@ -127,6 +137,14 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.Tools = cfg.Tools
 	o.Tiers = cfg.Tiers
+	tp, err := tracing.NewProvider(ctx, cfg.Observability.Tracing, "switchyard-backends")
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		o.Tracer = tp
+		defer tracing.Shutdown(tp)
+	}
 	c, err := gateway.StartBackends(ctx, o)
 	if err != nil {
 		return err

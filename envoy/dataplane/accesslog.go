@@ -18,6 +18,7 @@ var accessFields = map[string]bool{
 	"listener": true, "method": true, "path": true, "protocol": true, "status": true,
 	"duration_ms": true, "upstream_cluster": true, "request_id": true, "bytes_sent": true,
 	"response_detail": true, "response_flags": true, "upstream_host": true, "attempts": true,
+	"trace_id": true,
 }
 
 // logAccess writes the request's one access log line. It carries no header
@@ -55,6 +56,12 @@ func (s *requestState) logAccess() {
 	}
 	if len(s.flags) > 0 {
 		attrs = append(attrs, slog.String("response_flags", strings.Join(s.flags, ",")))
+	}
+	if s.span != nil {
+		// With tracing on, the line names the request's trace.
+		if sc := s.span.SpanContext(); sc.HasTraceID() {
+			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
+		}
 	}
 	if md := s.meta.get(catalog.MetadataNamespace); md != nil {
 		keys := make([]string, 0, len(md.GetFields()))

@@ -16,6 +16,7 @@ import (
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
@@ -160,7 +161,17 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		}
 		s.attempts++
 		s.upstreamHost = ep.addr
-		a := s.attempt(ctx, rt, member, ep, &h, body, policy)
+		actx := ctx
+		var span trace.Span
+		if s.span != nil {
+			actx, span = s.startAttemptSpan(ctx, member.name)
+		}
+		a := s.attempt(actx, rt, member, ep, &h, body, policy)
+		if span != nil {
+			// The answering attempt's span lasts until the response is
+			// sent (endTrace); a retried one ends when it is discarded.
+			s.upSpan, s.upStatus = span, a.status
+		}
 		if a.done {
 			return a.resp
 		}
@@ -169,6 +180,10 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 			s.log.Info("upstream attempt failed; retrying", "cluster", member.name, "host", ep.addr,
 				"status", a.status, "failure", a.kind, "attempt", s.attempts, "request_id", s.requestID, "error", a.err)
 			a.discard()
+			if s.upSpan != nil {
+				s.endAttemptSpan(s.upSpan, s.upStatus)
+				s.upSpan = nil
+			}
 			sel.attempted(ep, priority)
 			retries++
 			t := time.NewTimer(policy.backoff(retries))
@@ -311,6 +326,9 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		// so its dynamic metadata: what the downstream ext_proc filter set
 		// is forwarded to this one (forwarding_namespaces).
 		p := &processor{f: f, log: s.log, mode: f.mode, meta: &s.meta}
+		if s.span != nil {
+			p.tracer, p.parent = s.d.tracer, ctx
+		}
 		a.proc = p
 		if stream != nil && p.mode.reqBody != extprocfilterv3.ProcessingMode_NONE {
 			// The filter needs the whole body; a request the downstream
@@ -349,6 +367,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		u.Scheme = "https"
 	}
 	hdr := h.httpHeader()
+	s.injectTrace(ctx, c.name, hdr)
 	if _, ok := hdr["User-Agent"]; !ok {
 		hdr["User-Agent"] = []string{""} // Go would otherwise add its own
 	}
@@ -384,7 +403,9 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 		}
 	}
+	sent := time.Now()
 	upResp, err := c.transport.RoundTrip(req.WithContext(actx))
+	s.upstreamWait.Add(int64(time.Since(sent)))
 	if err != nil {
 		return fail(err)
 	}
@@ -395,7 +416,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	rh.stripHopByHop()
 	out := &response{headers: rh, closer: func() { _ = upResp.Body.Close() }, trailer: func() http.Header { return upResp.Trailer }}
 	if upResp.Body != http.NoBody && upResp.ContentLength != 0 {
-		out.body = &activityReader{r: upResp.Body, idle: s.idle}
+		out.body = &activityReader{r: upResp.Body, idle: s.idle, wait: &s.upstreamWait}
 	}
 	if p := a.proc; p != nil {
 		out, err = s.upstreamResponsePhases(actx, p, out)

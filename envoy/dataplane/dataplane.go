@@ -17,6 +17,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -68,6 +69,13 @@ type Options struct {
 	// Clock is outlier detection's clock (ejections and their ends); nil:
 	// time.Now. Tests move it instead of waiting out an ejection.
 	Clock Clock
+	// Tracer, if not nil, traces every request (tracing.go); nil: no
+	// tracing work at all.
+	Tracer trace.TracerProvider
+	// TraceClusters are the clusters whose upstream requests carry the
+	// trace context (traceparent): the gateway's own services, never a
+	// provider.
+	TraceClusters map[string]bool
 }
 
 // Resources is one complete, consistent configuration.
@@ -83,7 +91,9 @@ type Resources struct {
 type DataPlane struct {
 	opts Options
 	log  *slog.Logger
-	cfg  atomic.Pointer[snapshot]
+	// tracer is nil when tracing is off.
+	tracer trace.Tracer
+	cfg    atomic.Pointer[snapshot]
 
 	mu         sync.Mutex // serialises Apply and Close
 	closed     bool
@@ -134,6 +144,9 @@ func New(opts Options) *DataPlane {
 
 		framingToken: newFramingToken(),
 		adm:          newAdmission(opts),
+	}
+	if opts.Tracer != nil {
+		d.tracer = opts.Tracer.Tracer(tracerName)
 	}
 	d.stopping, d.stopInFlight = context.WithCancel(context.Background())
 	d.cfg.Store(&snapshot{})

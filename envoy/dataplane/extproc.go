@@ -15,6 +15,7 @@ import (
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -228,6 +229,10 @@ type processor struct {
 	stream   extprocv3.ExternalProcessor_ProcessClient
 	cancel   context.CancelFunc
 	complete atomic.Bool // Envoy's processing_complete_
+	// tracer, when tracing is on, makes a span per message, children of
+	// parent's span (tracing.go).
+	tracer trace.Tracer
+	parent context.Context
 }
 
 // requestMetadata is a request's dynamic metadata, keyed by namespace.
@@ -288,6 +293,7 @@ func (p *processor) open(ctx context.Context) error {
 	if len(p.f.initialMetadata) > 0 {
 		sctx = metadata.AppendToOutgoingContext(sctx, p.f.initialMetadata...)
 	}
+	sctx = p.traceMetadata(sctx)
 	stream, err := extprocv3.NewExternalProcessorClient(p.f.conn).Process(sctx, grpc.MaxCallRecvMsgSize(p.f.maxRecv))
 	if err != nil {
 		cancel()
@@ -357,6 +363,9 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 		}
 	}
 	p.addForwardingMetadata(req)
+	if span := p.traceExchange(req); span != nil {
+		defer span.End()
+	}
 	stream, cancel := p.stream, p.cancel
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(p.f.messageTimeout, func() {

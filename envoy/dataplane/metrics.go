@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -16,13 +17,18 @@ func (s *requestState) observe() {
 	if m == nil {
 		return
 	}
-	r := metrics.Request{Status: s.status, Duration: s.end.Sub(s.start), Attempts: s.attempts}
+	r := metrics.Request{Status: s.status, Duration: s.end.Sub(s.start), Attempts: s.attempts, Upstream: -1, Stream: s.eventStream}
+	if s.attempts > 0 {
+		r.Upstream = time.Duration(s.upstreamWait.Load())
+	}
 	if !s.headersAt.IsZero() {
 		r.TimeToFirstByte = s.headersAt.Sub(s.start)
 	}
 	md := s.meta.get(catalog.MetadataNamespace).GetFields()
 	r.Model = md["model"].GetStringValue()
-	if r.Model == "" {
+	if r.Model != "" {
+		r.Operation = operationName(s.path)
+	} else {
 		// Not a model request: the path family keeps the label's values
 		// few (/v1/files, not /v1/files/file-…).
 		r.Model = pathFamily(s.path)
@@ -33,6 +39,20 @@ func (s *requestState) observe() {
 	r.CompletionTokens = wholeNumber(md["completion_tokens"])
 	r.Cached = wholeNumber(md["cached_tokens"])
 	m.Observe(r)
+}
+
+// operationName is the GenAI semantic conventions' gen_ai.operation.name
+// of a model request's API path.
+func operationName(p string) string {
+	switch {
+	case strings.HasPrefix(p, "/v1/chat/completions"), strings.HasPrefix(p, "/v1/responses"), strings.HasPrefix(p, "/v1/messages"):
+		return "chat"
+	case strings.HasPrefix(p, "/v1/embeddings"):
+		return "embeddings"
+	case strings.HasPrefix(p, "/v1/completions"):
+		return "text_completion"
+	}
+	return "chat"
 }
 
 // pathFamily is /v1/<resource> of an API path, or "other".

@@ -19,6 +19,7 @@ import (
 
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
@@ -86,9 +87,20 @@ type requestState struct {
 	attempts         int
 	upstreamHost     string
 	retriesExhausted bool
-	detail           string
-	flags            []string // Envoy's response flags of a local reply
-	wroteHeader      bool
+	// The request's spans when tracing is on (tracing.go): the server
+	// span and its context, and the last upstream attempt's span with the
+	// status it answered.
+	span     trace.Span
+	traceCtx context.Context
+	upSpan   trace.Span
+	upStatus int
+	// upstreamWait is the nanoseconds spent waiting on upstreams (round
+	// trips to response headers, blocked response body reads): the
+	// request's duration less this is the latency the gateway added.
+	upstreamWait atomic.Int64
+	detail       string
+	flags        []string // Envoy's response flags of a local reply
+	wroteHeader  bool
 	// eventStream: the response is text/event-stream; tail is the end of
 	// what went downstream, so a cut can tell whether it is between events.
 	eventStream bool
@@ -128,6 +140,7 @@ func (d *DataPlane) serveHTTP(listener string, w http.ResponseWriter, r *http.Re
 
 func (s *requestState) run() {
 	s.prepareHeaders()
+	s.startTrace()
 	s.route = s.table.match(s.headers)
 	s.proc = s.newProcessor()
 	body, ok := s.decode()
@@ -183,6 +196,7 @@ func (s *requestState) finish() {
 	if s.proc != nil {
 		s.proc.close()
 	}
+	s.endTrace()
 	d := s.d
 	d.streamDone.Add(1)
 	go func() {
@@ -281,7 +295,11 @@ func (s *requestState) newProcessor() *processor {
 	if !enabled {
 		return nil
 	}
-	return &processor{f: f, log: s.log, mode: mode, meta: &s.meta}
+	p := &processor{f: f, log: s.log, mode: mode, meta: &s.meta}
+	if s.span != nil {
+		p.tracer, p.parent = s.d.tracer, s.traceCtx
+	}
+	return p
 }
 
 // decode runs the request through the ext_proc filter and returns the body

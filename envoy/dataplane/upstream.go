@@ -447,13 +447,23 @@ func (s *requestState) upstreamFailure(err error) *response {
 }
 
 // activityReader resets the idle timer on every read.
+// With wait set (an upstream's response body), the time blocked in Read
+// is added to it.
 type activityReader struct {
 	r    io.Reader
 	idle *idleTimer
+	wait *atomic.Int64
 }
 
 func (a *activityReader) Read(p []byte) (int, error) {
+	var t time.Time
+	if a.wait != nil {
+		t = time.Now()
+	}
 	n, err := a.r.Read(p)
+	if a.wait != nil {
+		a.wait.Add(int64(time.Since(t)))
+	}
 	if n > 0 {
 		a.idle.touch()
 	}

@@ -49,6 +49,8 @@ type Config struct {
 	Tools Tools `yaml:"tools" json:"tools,omitempty"`
 	// Storage says where the stores keep their state (storage.go).
 	Storage Storage `yaml:"storage" json:"storage,omitzero"`
+	// Observability configures trace export (observability.go).
+	Observability Observability `yaml:"observability" json:"observability,omitempty"`
 }
 
 // OutlierDetection ejects a provider that keeps failing: after
@@ -616,6 +618,7 @@ func (v *validator) check(c *Config) {
 	v.checkDeploy(c)
 	v.checkTools(c)
 	v.checkStorage(c)
+	v.checkObservability(c)
 	v.checkListeners(c.Listeners)
 	v.checkLimits(c)
 	v.checkDemoUpstreams(c.DemoUpstreams)

@@ -6,18 +6,23 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-ai/switchyard/backends"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
 	"github.com/switchyard-ai/switchyard/backends/sandbox"
 	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/tracing"
 )
 
 // InternalTokenEnv names the environment variable holding the internal
@@ -53,6 +58,11 @@ type BackendsOptions struct {
 	// BatchPaceAfter: see Options.BatchPaceAfter.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
 	Logger         *slog.Logger
+	// Tracer, if not nil, traces the backends' requests (a server span
+	// each, continuing the data plane's trace) and their calls through the
+	// gateway (a client span each, whose traceparent the data plane
+	// continues): a Responses run and its model calls in one trace.
+	Tracer trace.TracerProvider
 }
 
 // StartBackends serves the backends until the Component is closed.
@@ -85,6 +95,9 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		}
 		gw.HTTP.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	// Only the backends' own calls to the gateway are traced (and carry a
+	// traceparent); web search and the sandbox are not.
+	gw.HTTP.Transport = tracing.Transport(opts.Tracer, gw.HTTP.Transport)
 	bo := backends.Options{DataDir: opts.DataDir, Token: opts.Token, Gateway: gw, Logger: log, BatchPaceAfter: opts.BatchPaceAfter}
 	if tiers := opts.Tiers; tiers != nil {
 		bo.BatchLinesPerDay = func(tier string) (int64, bool) {
@@ -121,13 +134,19 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		return nil, err
 	}
 	c.closers = append(c.closers, svc.Close)
+	c.metrics = func(w io.Writer) error {
+		// A scrape reads the batch store; bound it like a scrape timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return svc.WritePrometheus(ctx, w)
+	}
 	lis := opts.Listener
 	if lis == nil {
 		if lis, err = net.Listen("tcp", opts.Listen); err != nil {
 			return nil, fmt.Errorf("gateway: backends: %w", err)
 		}
 	}
-	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: tracing.Handler(opts.Tracer, backendsRoute, svc.Handler()), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("backends server stopped", "error", err)
@@ -152,3 +171,13 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 // inProcessBackends reports whether Start serves the backends itself: when
 // the configuration names no backends service of its own.
 func inProcessBackends(cfg *config.Config) bool { return cfg.Backends == nil }
+
+// backendsRoute names a backends request's span: its API path family
+// (/v1/responses, /v1/files), never an object's id.
+func backendsRoute(r *http.Request) string {
+	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 3)
+	if len(parts) >= 2 && parts[0] == "v1" {
+		return "/v1/" + parts[1]
+	}
+	return "other"
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
+	"github.com/switchyard-ai/switchyard/internal/tracing"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
@@ -45,10 +46,15 @@ type Component struct {
 	metrics func(io.Writer) error
 }
 
-// WriteMetrics writes the component's metrics (the build info on every
-// component; extproc: rate-limiting outcomes) in the Prometheus text format.
+// WriteMetrics writes the component's metrics (on every component the build
+// info and the Go runtime and process metrics; the control plane:
+// configuration reloads; extproc: rate-limiting outcomes; the backends: the
+// batch backlog) in the Prometheus text format.
 func (c *Component) WriteMetrics(w io.Writer) error {
 	if err := metrics.ReadBuild().WritePrometheus(w); err != nil {
+		return err
+	}
+	if err := metrics.WriteProcess(w); err != nil {
 		return err
 	}
 	if c.metrics == nil {
@@ -116,6 +122,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 		Addr:    lis.Addr(),
 		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
 		closers: []func(){srv.GracefulStop, cancel},
+		metrics: cp.WritePrometheus,
 	}
 	if opts.AdminListen != "" {
 		if err := serveControlPlaneAdmin(ctx, c, cp, opts, log); err != nil {
@@ -180,6 +187,9 @@ type ExtProcOptions struct {
 	// backend routes get no token.
 	InternalToken string
 	Logger        *slog.Logger
+	// Tracing, when it names a collector, exports extproc's spans
+	// (service switchyard-extproc).
+	Tracing *config.Tracing
 }
 
 // StartExtProc serves the ext_proc service, configured by the control
@@ -223,6 +233,14 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	eo := extproc.Options{Keys: cache, Metrics: m, InternalToken: opts.InternalToken,
 		Usage: usageSink{rec: rec}, Budgets: usageSink{rec: rec},
 		Logger: log.With("component", "extproc")}
+	tp, err := tracing.NewProvider(ctx, opts.Tracing, "switchyard-extproc")
+	if err != nil {
+		return nil, err
+	}
+	if tp != nil {
+		eo.Tracer = tp
+		c.closers = append(c.closers, func() { tracing.Shutdown(tp) })
+	}
 	if opts.RateLimit != "" {
 		rls, err := grpc.NewClient("passthrough:///"+opts.RateLimit, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

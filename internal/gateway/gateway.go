@@ -24,6 +24,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -37,6 +38,7 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/inprocgrpc"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
+	"github.com/switchyard-ai/switchyard/internal/tracing"
 	"github.com/switchyard-ai/switchyard/internal/usage"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
@@ -179,6 +181,17 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	g.stop = cancel
 	s := &startup{g: g, opts: opts, cfg: cfg, log: opts.Logger, runCtx: runCtx}
 
+	// Traces (observability.tracing), off by default. The provider is
+	// closed last, flushing the spans of the requests the drain finished.
+	tp, err := tracing.NewProvider(ctx, cfg.Observability.Tracing, "switchyard")
+	if err != nil {
+		return nil, err
+	}
+	if tp != nil { // s.tracer stays a nil interface when off
+		s.tracer = tp
+		g.closers = append(g.closers, func() { tracing.Shutdown(tp) })
+	}
+
 	if err := startDemoUpstreams(runCtx, cfg, g, opts.DemoUpstream); err != nil {
 		return nil, err
 	}
@@ -224,6 +237,9 @@ type startup struct {
 	// channels are the data plane's in-process gRPC channels, by cluster.
 	channels   map[string]grpc.ClientConnInterface
 	adsClients []*adsclient.Client
+	// tracer traces requests across the components; nil when tracing is
+	// off (observability.tracing).
+	tracer trace.TracerProvider
 }
 
 // logMissingToolCredentials reports tools whose credential is missing. A
@@ -352,6 +368,7 @@ func (s *startup) startExtProc(context.Context) (err error) {
 		Metrics:       g.Metrics,
 		InternalToken: s.token,
 		Logger:        s.log.With("component", "extproc"),
+		Tracer:        s.tracer,
 	})
 	// A buffered request body arrives in one gRPC message: allow the
 	// configured body limit plus room for headers.
@@ -397,6 +414,9 @@ func (s *startup) startDataPlane(context.Context) error {
 		},
 		Metrics: g.Requests,
 		Region:  s.region,
+		Tracer:  s.tracer,
+		// The backends continue the trace; providers never see it.
+		TraceClusters: map[string]bool{controlplane.BackendsCluster: true},
 		// Read at start: a reload does not change them.
 		RequestBodyTimeout:   s.cfg.Limits.RequestBodyTimeout,
 		MaxRequestsPerKey:    s.cfg.Limits.MaxConcurrentRequestsPerKey,
@@ -450,7 +470,8 @@ func (s *startup) startBackends(ctx context.Context) (err error) {
 	}
 	g := s.g
 	bo := BackendsOptions{Listener: s.backendsLis, DataDir: s.opts.DataDir, GatewayURL: g.BaseURL(), Token: s.token,
-		Tools: s.cfg.Tools, Tiers: s.cfg.Tiers, BatchPaceAfter: s.opts.BatchPaceAfter, Logger: s.log.With("component", "backends")}
+		Tools: s.cfg.Tools, Tiers: s.cfg.Tiers, BatchPaceAfter: s.opts.BatchPaceAfter, Logger: s.log.With("component", "backends"),
+		Tracer: s.tracer}
 	if t := g.listener.TLS; t != nil {
 		bo.GatewayCAFile = t.CertFile
 	}
@@ -471,13 +492,16 @@ func startAdmin(g *Gateway, opts Options) error {
 		Routing: g.Control,
 		Usage:   g.Usage,
 		Metrics: func(w io.Writer) error {
-			if err := metrics.ReadBuild().WritePrometheus(w); err != nil {
-				return err
+			for _, write := range []func(io.Writer) error{metrics.ReadBuild().WritePrometheus, metrics.WriteProcess,
+				g.Requests.WritePrometheus, g.Metrics.WritePrometheus, g.Control.WritePrometheus} {
+				if err := write(w); err != nil {
+					return err
+				}
 			}
-			if err := g.Requests.WritePrometheus(w); err != nil {
-				return err
+			if g.Backends != nil && g.Backends.metrics != nil {
+				return g.Backends.metrics(w)
 			}
-			return g.Metrics.WritePrometheus(w)
+			return nil
 		},
 		// This process sees its own changes at once; others at their next
 		// poll of the key database.

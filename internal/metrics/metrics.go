@@ -186,3 +186,8 @@ func writeFamily(w io.Writer, name, help, typ string, lines []string) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// WriteGauge writes a family of one unlabelled gauge.
+func WriteGauge(w io.Writer, name, help string, v float64) error {
+	return writeFamily(w, name, help, "gauge", []string{name + " " + strconv.FormatFloat(v, 'g', -1, 64) + "\n"})
+}

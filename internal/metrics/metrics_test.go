@@ -121,3 +121,56 @@ func TestBuildInfo(t *testing.T) {
 		t.Error("ReadBuild found no Go version in a test binary")
 	}
 }
+
+// TestGenAIFamilies checks the GenAI semantic-convention families: their
+// Prometheus names and labels, which requests they count, and the added
+// latency.
+func TestGenAIFamilies(t *testing.T) {
+	m := NewRequests()
+	m.Observe(Request{Model: "gpt-x", Provider: "p1", Operation: "chat", Status: 200,
+		Duration: 2 * time.Second, TimeToFirstByte: 500 * time.Millisecond, PromptTokens: 10, CompletionTokens: 4,
+		Upstream: 1990 * time.Millisecond, Stream: true})
+	m.Observe(Request{Model: "gpt-x", Provider: "p1", Operation: "chat", Status: 503, Duration: time.Second, Upstream: -1})
+	m.Observe(Request{Model: "/v1/files", Status: 200, Duration: time.Millisecond, Upstream: -1}) // not a model request
+	var b strings.Builder
+	if err := m.WritePrometheus(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, line := range []string{
+		"# TYPE gen_ai_client_token_usage histogram",
+		`gen_ai_client_token_usage_sum{gen_ai_operation_name="chat",gen_ai_provider_name="p1",gen_ai_request_model="gpt-x",gen_ai_token_type="input"} 10`,
+		`gen_ai_client_token_usage_sum{gen_ai_operation_name="chat",gen_ai_provider_name="p1",gen_ai_request_model="gpt-x",gen_ai_token_type="output"} 4`,
+		`gen_ai_server_request_duration_seconds_count{gen_ai_operation_name="chat",gen_ai_provider_name="p1",gen_ai_request_model="gpt-x",error_type=""} 1`,
+		`gen_ai_server_request_duration_seconds_count{gen_ai_operation_name="chat",gen_ai_provider_name="p1",gen_ai_request_model="gpt-x",error_type="503"} 1`,
+		`gen_ai_server_time_to_first_token_seconds_sum{gen_ai_operation_name="chat",gen_ai_provider_name="p1",gen_ai_request_model="gpt-x"} 0.5`,
+		// (2 s - 0.5 s) over the 3 tokens after the first.
+		`gen_ai_server_time_per_output_token_seconds_sum{gen_ai_operation_name="chat",gen_ai_provider_name="p1",gen_ai_request_model="gpt-x"} 0.5`,
+		`gen_ai_client_token_usage_bucket{gen_ai_operation_name="chat",gen_ai_provider_name="p1",gen_ai_request_model="gpt-x",gen_ai_token_type="input",le="16"} 1`,
+		`switchyard_added_latency_seconds_count{model="gpt-x",provider="p1"} 1`,
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("missing %q", line)
+		}
+	}
+	if strings.Contains(out, `gen_ai_request_model="/v1/files"`) {
+		t.Error("a request that is not a model request is in the gen_ai families")
+	}
+	// The added latency is the duration less the upstream wait: 10 ms.
+	if !strings.Contains(out, `switchyard_added_latency_seconds_bucket{model="gpt-x",provider="p1",le="0.01"} 1`) {
+		t.Errorf("added latency not 10 ms:\n%s", out)
+	}
+}
+
+func TestWriteProcess(t *testing.T) {
+	var b strings.Builder
+	if err := WriteProcess(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "go_info", "go_threads",
+		"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "process_start_time_seconds"} {
+		if !strings.Contains(b.String(), "\n"+name+" ") && !strings.Contains(b.String(), "\n"+name+"{") {
+			t.Errorf("no %s in\n%s", name, b.String())
+		}
+	}
+}
