@@ -1,0 +1,21 @@
+package batches_test
+
+import (
+	"testing"
+
+	"github.com/switchyard-ai/switchyard/backends/batches"
+	"github.com/switchyard-ai/switchyard/backends/batches/batchestest"
+	"github.com/switchyard-ai/switchyard/internal/pgdb"
+	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
+)
+
+// TestPostgresStore is the PostgreSQL run of the Store conformance suite.
+func TestPostgresStore(t *testing.T) {
+	batchestest.Run(t, func(t *testing.T) batches.Store {
+		s, err := batches.OpenPostgresStore(t.Context(), pgtest.DSN(t), pgdb.Pool{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
