@@ -338,3 +338,49 @@ func (s *PostgresStore) Update(ctx context.Context, id string, ch Change) error 
 	}
 	return nil
 }
+
+// Claim is Store.Claim: the oldest runnable batch without a live lease,
+// locked with FOR UPDATE SKIP LOCKED so concurrent claims on other
+// replicas pass over it instead of waiting, then leased.
+func (s *PostgresStore) Claim(ctx context.Context, replicaID string, lease time.Duration) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `UPDATE batches SET lease_owner = $1, lease_until = now() + $2 * interval '1 microsecond'
+		WHERE seq = (SELECT seq FROM batches
+			WHERE status = ANY($3) AND (lease_owner = '' OR lease_until < now())
+			ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+		RETURNING id`, replicaID, lease.Microseconds(), activeStatuses).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("batches: claim: %w", err)
+	}
+	return id, nil
+}
+
+// Renew is Store.Renew. A lease that has expired is not renewed even if no
+// one took it: the replica may have been cut off long enough for another
+// to start the batch.
+func (s *PostgresStore) Renew(ctx context.Context, id, replicaID string, lease time.Duration) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE batches SET lease_until = now() + $1 * interval '1 microsecond'
+		WHERE id = $2 AND lease_owner = $3 AND lease_until >= now() AND status = ANY($4)`,
+		lease.Microseconds(), id, replicaID, activeStatuses)
+	if err != nil {
+		return false, fmt.Errorf("batches: renew %s: %w", id, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release is Store.Release.
+func (s *PostgresStore) Release(ctx context.Context, id, replicaID string) error {
+	var err error
+	if id == "" {
+		_, err = s.pool.Exec(ctx, `UPDATE batches SET lease_owner = '', lease_until = NULL WHERE lease_owner = $1`, replicaID)
+	} else {
+		_, err = s.pool.Exec(ctx, `UPDATE batches SET lease_owner = '', lease_until = NULL WHERE id = $1 AND lease_owner = $2`, id, replicaID)
+	}
+	if err != nil {
+		return fmt.Errorf("batches: release %s: %w", id, err)
+	}
+	return nil
+}

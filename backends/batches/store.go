@@ -50,6 +50,19 @@ type Store interface {
 	// Update applies ch to batch id without changing its status (progress
 	// checkpoints, output file ids).
 	Update(ctx context.Context, id string, ch Change) error
+
+	// Claim leases one runnable batch (validating, in_progress, finalizing
+	// or cancelling) that holds no live lease to replicaID for lease, and
+	// returns its id, oldest first; "" when there is none. Concurrent
+	// claims never return the same batch while its lease lives.
+	Claim(ctx context.Context, replicaID string, lease time.Duration) (string, error)
+	// Renew extends replicaID's lease on batch id by lease from now, and
+	// reports whether replicaID still held it (false: it expired and
+	// another replica took the batch, or the batch ended).
+	Renew(ctx context.Context, id, replicaID string, lease time.Duration) (bool, error)
+	// Release gives up replicaID's lease on batch id, or on every batch it
+	// holds when id is "" (what a restarted replica with a stable id left).
+	Release(ctx context.Context, id, replicaID string) error
 	Close() error
 }
 
