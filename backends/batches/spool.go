@@ -93,26 +93,16 @@ type spool struct {
 // spoolPath is batch id's spool directory.
 func (s *Service) spoolPath(id string) string { return filepath.Join(s.spoolDir, id) }
 
-// hasSpool reports whether batch id has a spool directory.
-func (s *Service) hasSpool(id string) (bool, error) {
-	_, err := os.Stat(s.spoolPath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+// dropResults removes a finished batch's results and its local scratch
+// (the input snapshot).
+func (s *Service) dropResults(ctx context.Context, id string) {
+	if err := s.results.Delete(context.WithoutCancel(ctx), id); err != nil {
+		s.log.Warn("batches: removing a batch's results failed", "batch", id, "err", err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("spool: %w", err)
-	}
-	return true, nil
-}
-
-// openSpool opens batch id's result files (openSpoolDir).
-func (s *Service) openSpool(id string, withDone bool) (*spool, spoolState, error) {
-	return openSpoolDir(s.spoolPath(id), s.maxSpoolLine(), withDone)
-}
-
-func (s *Service) removeSpool(id string) {
-	if err := os.RemoveAll(s.spoolPath(id)); err != nil {
-		s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
+	if s.local == nil {
+		if err := os.RemoveAll(s.spoolPath(id)); err != nil {
+			s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
+		}
 	}
 }
 
