@@ -19,3 +19,21 @@ func TestPostgresStore(t *testing.T) {
 		return s
 	})
 }
+
+// TestResults runs the Results conformance suite on the local spool and on
+// PostgreSQL.
+func TestResults(t *testing.T) {
+	t.Run("local", func(t *testing.T) {
+		batchestest.RunResults(t, func(t *testing.T) batches.Results { return batches.NewLocalResults(t.TempDir()) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		batchestest.RunResults(t, func(t *testing.T) batches.Results {
+			s, err := batches.OpenPostgresStore(t.Context(), pgtest.DSN(t), pgdb.Pool{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return batches.NewPostgresResults(s.Pool())
+		})
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/tidwall/gjson"
@@ -29,7 +30,8 @@ type Results interface {
 	Record(ctx context.Context, batchID string, r Result) error
 	// Sync makes every Record so far durable.
 	Sync(ctx context.Context, batchID string) error
-	// Recorded yields the results recorded for the batch (Line set).
+	// Recorded yields the results recorded for the batch (Line set, with
+	// or without its newline, valid until the next iteration).
 	Recorded(ctx context.Context, batchID string) iter.Seq2[Result, error]
 	// Stream returns the lines of one kind, concatenated, and their total
 	// size: the content of the batch's output or error file.
@@ -90,6 +92,12 @@ type localResults struct {
 
 	mu     sync.Mutex
 	spools map[string]*spool
+}
+
+// NewLocalResults is the spool as a Results on its own, for tests and the
+// conformance suite: each batch's files in dir/<batch id>/.
+func NewLocalResults(dir string) Results {
+	return newLocalResults(func(id string) string { return filepath.Join(dir, id) }, 64<<20)
 }
 
 func newLocalResults(dir func(string) string, maxLine int) *localResults {
