@@ -127,6 +127,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.Tools = cfg.Tools
 	o.Tiers = cfg.Tiers
+	o.Storage = cfg.Storage
 	c, err := gateway.StartBackends(ctx, o)
 	if err != nil {
 		return err
