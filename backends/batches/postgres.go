@@ -100,6 +100,12 @@ var PGMigrations = []string{
 		PRIMARY KEY (batch_id, custom_id)
 	);
 	CREATE INDEX batch_results_order ON batch_results (batch_id, kind, idx);`,
+	// The wrapped data key that seals a batch's result lines
+	// (PostgresResults with a keyring), deleted with them.
+	`CREATE TABLE batch_result_keys (
+		batch_id TEXT PRIMARY KEY,
+		wrapped  BYTEA NOT NULL
+	);`,
 }
 
 // Close closes the pool if the store opened it.

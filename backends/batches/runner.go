@@ -201,6 +201,11 @@ func (s *Service) runJob(ctx context.Context, j *job) {
 			return
 		}
 		s.log.Error("batches: processing a batch failed; retrying", "batch", j.id, "err", err, "in", s.opts.RestartDelay)
+		if s.local != nil {
+			// Reopened for the retry: that cuts off a line a failed write
+			// left partial.
+			s.local.forget(j.id)
+		}
 		t := time.NewTimer(s.opts.RestartDelay)
 		select {
 		case <-ctx.Done():

@@ -104,7 +104,7 @@ func TestTakeover(t *testing.T) {
 		if pass > 0 {
 			store = noRelease{st}
 		}
-		svc, err := New(ctx, Options{DataDir: t.TempDir(), Store: store, Results: NewPostgresResults(st.Pool()),
+		svc, err := New(ctx, Options{DataDir: t.TempDir(), Store: store, Results: NewPostgresResults(st.Pool(), nil),
 			Files: fs, Gateway: gw, ReplicaID: name, Lease: lease, ClaimInterval: 20 * time.Millisecond,
 			Concurrency: concurrency, ProgressInterval: 20 * time.Millisecond, RetryBackoff: time.Millisecond,
 			Logger: slog.New(slog.DiscardHandler)})

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // the PostgreSQL batch store and results, migrated; sqlite leaves them to
 // the embedded defaults.
 func TestOpenFleetBatches(t *testing.T) {
-	var bo backends.Options
+	bo := backends.Options{DataDir: t.TempDir()}
 	if err := openFleetBatches(t.Context(), config.Storage{Metadata: config.StorageMetadata{Kind: config.MetadataSQLite}}, &bo); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestOpenFleetBatches(t *testing.T) {
 		t.Errorf("schema version %d, %v; want %d", v, err, len(batches.PGMigrations))
 	}
 	st.Metadata.DSNEnv = "SY_TEST_PG_DSN_UNSET"
-	if err := openFleetBatches(t.Context(), st, &backends.Options{}); err == nil {
+	if err := openFleetBatches(t.Context(), st, &backends.Options{DataDir: t.TempDir()}); err == nil {
 		t.Error("an unset DSN variable opened a store")
 	}
 }
