@@ -41,6 +41,9 @@ type Options struct {
 	// closes BatchStore.
 	BatchStore   batches.Store
 	BatchResults batches.Results
+	// BatchLease is how long a replica's claim on a running batch lasts
+	// without renewal (batches.Options.Lease; 0: its default).
+	BatchLease time.Duration
 	// EmbeddingModel, when set, turns on vector stores and the file_search
 	// tool: chunks and queries are embedded with it through the gateway.
 	EmbeddingModel string
@@ -82,7 +85,7 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 		return nil, err
 	}
 	if s.batches, err = batches.New(ctx, batches.Options{DataDir: opts.DataDir, Files: s.files, Gateway: opts.Gateway,
-		Store: opts.BatchStore, Results: opts.BatchResults,
+		Store: opts.BatchStore, Results: opts.BatchResults, Lease: opts.BatchLease,
 		LinesPerDay: opts.BatchLinesPerDay, After: opts.BatchPaceAfter, Logger: log.With("service", "batches")}); err != nil {
 		return nil, err
 	}

@@ -53,6 +53,8 @@ type BackendsOptions struct {
 	// Storage chooses the stores (config.Config.Storage); the zero value is
 	// the embedded SQLite and disk.
 	Storage config.Storage
+	// BatchLease: see backends.Options.BatchLease.
+	BatchLease time.Duration
 	// BatchPaceAfter: see Options.BatchPaceAfter.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
 	Logger         *slog.Logger
@@ -119,6 +121,7 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 			bo.CodeInterpreter = r // never a nil *sandbox.Runner in the interface
 		}
 	}
+	bo.BatchLease = opts.BatchLease
 	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
 		return nil, err
 	}
