@@ -1,9 +1,13 @@
 // Package batches owns /v1/batches, OpenAI's Batch API: creating, getting,
 // listing and cancelling batches, and the runner that executes them. A batch
 // is kept in a Store (store.go; by default SQLite, DATA_DIR/batches.db, its
-// own file); while it runs, its results are appended to spool files under
-// DATA_DIR/batches/<id>/ (local to this process, spool.go), which become
-// batch_output files in the files store when it ends.
+// own file; PostgresStore in fleet mode); while it runs, each line's result
+// is recorded in a Results (results.go: by default spool files under
+// DATA_DIR/batches/<id>/, local to this process, spool.go; PostgresResults
+// in fleet mode), and the results become batch_output files in the files
+// store when it ends. A runner runs the batches it claims with a lease
+// (Store.Claim), renewed while it runs, so any replica can run any batch
+// and another takes a dead one's over.
 //
 // The runner streams the input file twice: once to validate it (the set of
 // custom_ids, hashed, is the only per-line state kept) and once to send each
@@ -12,8 +16,8 @@
 // the input through a snapshot in the spool directory (a copy of its
 // content, made when the batch is first read), so a batch that has started is
 // not affected by its input file being deleted or expiring. It resumes after
-// a restart from the spool files, so a line whose result was written is
-// never sent again. docs/backends-design.md is the contract:
+// a restart (or on another replica, with shared Results) from the recorded
+// results, so a line whose result was recorded is never sent again. docs/backends-design.md is the contract:
 // limits, errors, lifecycle and the output line shape.
 package batches
 

@@ -125,8 +125,9 @@ func (p *PostgresResults) Recorded(ctx context.Context, batchID string) iter.Seq
 	}
 }
 
-// page yields kind's results of the batch in index order, resultPage rows
-// per query.
+// page yields kind's results of the batch in index order (then custom_id,
+// should two share an index), resultPage rows per query. Rows are yielded
+// as they arrive, so one result at a time is held, however large.
 func (p *PostgresResults) page(ctx context.Context, batchID string, kind ResultKind) iter.Seq2[Result, error] {
 	return func(yield func(Result, error) bool) {
 		dk, err := p.key(ctx, batchID, false)
@@ -134,40 +135,48 @@ func (p *PostgresResults) page(ctx context.Context, batchID string, kind ResultK
 			yield(Result{}, err)
 			return
 		}
-		after := int64(-1 << 62)
+		after, afterID := int64(-1<<62), ""
 		for {
-			rows, err := p.pool.Query(ctx, `SELECT custom_id, idx, line FROM batch_results
-				WHERE batch_id = $1 AND kind = $2 AND idx > $3 ORDER BY idx LIMIT $4`, batchID, int16(kind), after, resultPage)
+			n, ok, err := p.pageFrom(ctx, batchID, kind, dk, &after, &afterID, yield)
 			if err != nil {
 				yield(Result{}, fmt.Errorf("batches: read results: %w", err))
 				return
 			}
-			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Result, error) {
-				res := Result{Kind: kind}
-				err := r.Scan(&res.CustomID, &res.Index, &res.Line)
-				return res, err
-			})
-			if err != nil {
-				yield(Result{}, fmt.Errorf("batches: read results: %w", err))
+			if !ok || n < resultPage {
 				return
 			}
-			for _, r := range got {
-				if dk != nil {
-					if r.Line, err = dk.Open(r.CustomID, r.Line); err != nil {
-						yield(Result{}, fmt.Errorf("batches: read results: %w", err))
-						return
-					}
-				}
-				if !yield(r, nil) {
-					return
-				}
-			}
-			if len(got) < resultPage {
-				return
-			}
-			after = got[len(got)-1].Index
 		}
 	}
+}
+
+// pageFrom yields up to resultPage results after (*after, *afterID) and
+// moves them on; ok is false when yield asked to stop.
+func (p *PostgresResults) pageFrom(ctx context.Context, batchID string, kind ResultKind, dk *envelope.DataKey,
+	after *int64, afterID *string, yield func(Result, error) bool) (n int, ok bool, err error) {
+	rows, err := p.pool.Query(ctx, `SELECT custom_id, idx, line FROM batch_results
+		WHERE batch_id = $1 AND kind = $2 AND (idx, custom_id) > ($3, $4) ORDER BY idx, custom_id LIMIT $5`,
+		batchID, int16(kind), *after, *afterID, resultPage)
+	if err != nil {
+		return 0, false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := Result{Kind: kind}
+		if err := rows.Scan(&r.CustomID, &r.Index, &r.Line); err != nil {
+			return n, false, err
+		}
+		if dk != nil {
+			if r.Line, err = dk.Open(r.CustomID, r.Line); err != nil {
+				return n, false, err
+			}
+		}
+		n++
+		*after, *afterID = r.Index, r.CustomID
+		if !yield(r, nil) {
+			return n, false, nil
+		}
+	}
+	return n, true, rows.Err()
 }
 
 // Stream is Results.Stream: the kind's lines in input order, read a page

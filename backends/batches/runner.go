@@ -31,12 +31,14 @@ type job struct {
 	cancelOnce sync.Once
 }
 
-// Run executes batches until ctx ends: first every batch a previous process
-// left validating, in progress, finalizing or cancelling (in progress ones
-// resume where their spool files end), then each batch as it is created.
-// When ctx ends it stops starting lines, abandons those in flight (they are
-// sent again on the next Run, as their results were not written), saves
-// progress and returns. Only one Run may be active at a time.
+// Run executes batches until ctx ends: it claims every runnable batch
+// (validating, in progress, finalizing or cancelling) that no replica
+// holds a live lease on, every ClaimInterval and at once when one is
+// created here, and runs each (in progress ones resume where their
+// recorded results end). When ctx ends it stops starting lines, abandons
+// those in flight (they are sent again by whichever runner claims the
+// batch next, as their results were not recorded), saves progress,
+// releases its leases and returns. Only one Run may be active at a time.
 func (s *Service) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.runCtx != nil {

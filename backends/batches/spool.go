@@ -25,14 +25,10 @@ import (
 //     first, so the Store never counts a result the spool could lose).
 //
 // So the spool is durable only on this machine's disk: a batch resumes
-// here, after a restart, and not on another replica. Moving the results
-// into shared storage (so a line whose result is recorded is never sent
-// again whichever replica resumes the batch, and the output is assembled in
-// object storage) is the fleet-storage issue's; everything the API reads
-// about a batch is in the Store already. Everything the runner does on the
-// local disk is in this file (spoolPath, hasSpool, openSpool, openInput,
-// removeSpool, sweepSpools, spoolFile.content): runner.go and handler.go
-// name no path, so this file is the seam that work replaces.
+// here, after a restart, and not on another replica. It is the local
+// Results (localResults, results.go); fleet mode records results in
+// PostgreSQL instead (PostgresResults) and keeps only the input snapshot
+// here.
 
 // Spool file names inside DATA_DIR/batches/<id>/.
 const (
