@@ -36,6 +36,15 @@ type Options struct {
 	// CodeInterpreter, when set, serves the Responses API's
 	// code_interpreter tool.
 	CodeInterpreter responses.CodeRunner
+	// BatchStore and BatchResults, when set, keep batches and their line
+	// results (fleet mode: batches.PostgresStore and PostgresResults);
+	// nil: SQLite and the local spool under DataDir. The batches service
+	// closes BatchStore.
+	BatchStore   batches.Store
+	BatchResults batches.Results
+	// BatchLease is how long a replica's claim on a running batch lasts
+	// without renewal (batches.Options.Lease; 0: its default).
+	BatchLease time.Duration
 	// EmbeddingModel, when set, turns on vector stores and the file_search
 	// tool: chunks and queries are embedded with it through the gateway.
 	EmbeddingModel string
@@ -77,6 +86,7 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 		return nil, err
 	}
 	if s.batches, err = batches.New(ctx, batches.Options{DataDir: opts.DataDir, Files: s.files, Gateway: opts.Gateway,
+		Store: opts.BatchStore, Results: opts.BatchResults, Lease: opts.BatchLease,
 		LinesPerDay: opts.BatchLinesPerDay, After: opts.BatchPaceAfter, Logger: log.With("service", "batches")}); err != nil {
 		return nil, err
 	}

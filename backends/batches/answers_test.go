@@ -133,18 +133,15 @@ func TestLargeAnswersCountedAgainstTheBudget(t *testing.T) {
 // allocations left are the ids and the usage lookup.
 func TestSmallAnswerLineAllocations(t *testing.T) {
 	dir := t.TempDir()
-	sp, _, err := openSpoolDir(filepath.Join(dir, "b"), 1<<20, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.close()
-	r := &run{sp: sp}
+	res := newLocalResults(func(id string) string { return filepath.Join(dir, id) }, 1<<20)
+	defer res.forget("b")
+	r := &run{s: &Service{results: res}, b: Batch{ID: "b"}}
 	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hello"},"finish_reason":"stop"}],
 	  "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}`)
 	l := pending{customID: `"req-1"`}
 	allocs := testing.AllocsPerRun(200, func() {
 		a := answer{status: 200, reqID: "req_abc", body: body}
-		r.recordResponse(l, &a)
+		r.recordResponse(t.Context(), l, &a)
 	})
 	// Two ids (hex strings, each a buffer and a string) at most and the
 	// usage lookup; before, the answer was copied into a compacted buffer

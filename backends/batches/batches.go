@@ -1,9 +1,13 @@
 // Package batches owns /v1/batches, OpenAI's Batch API: creating, getting,
 // listing and cancelling batches, and the runner that executes them. A batch
 // is kept in a Store (store.go; by default SQLite, DATA_DIR/batches.db, its
-// own file); while it runs, its results are appended to spool files under
-// DATA_DIR/batches/<id>/ (local to this process, spool.go), which become
-// batch_output files in the files store when it ends.
+// own file; PostgresStore in fleet mode); while it runs, each line's result
+// is recorded in a Results (results.go: by default spool files under
+// DATA_DIR/batches/<id>/, local to this process, spool.go; PostgresResults
+// in fleet mode), and the results become batch_output files in the files
+// store when it ends. A runner runs the batches it claims with a lease
+// (Store.Claim), renewed while it runs, so any replica can run any batch
+// and another takes a dead one's over.
 //
 // The runner streams the input file twice: once to validate it (the set of
 // custom_ids, hashed, is the only per-line state kept) and once to send each
@@ -12,8 +16,8 @@
 // the input through a snapshot in the spool directory (a copy of its
 // content, made when the batch is first read), so a batch that has started is
 // not affected by its input file being deleted or expiring. It resumes after
-// a restart from the spool files, so a line whose result was written is
-// never sent again. docs/backends-design.md is the contract:
+// a restart (or on another replica, with shared Results) from the recorded
+// results, so a line whose result was recorded is never sent again. docs/backends-design.md is the contract:
 // limits, errors, lifecycle and the output line shape.
 package batches
 
@@ -81,6 +85,28 @@ type Options struct {
 	Files FileStore
 	// Gateway sends the lines (*onbehalf.Client).
 	Gateway Gateway
+	// Results keeps the lines' results while a batch runs (default: the
+	// local spool files under DataDir/batches/, which only this process
+	// reads). A shared implementation (PostgresResults) lets any replica
+	// resume a batch without sending a recorded line again.
+	Results Results
+	// ReplicaID names this runner in the leases it takes on the batches it
+	// runs (Store.Claim). Empty: "local" when Results is the local spool
+	// (one node: a restarted process takes its predecessor's leases back
+	// at once), otherwise a name unique to this process (host, pid and a
+	// random suffix), whose leases another replica takes over once they
+	// expire.
+	ReplicaID string
+	// Lease is how long a claimed batch stays this runner's without a
+	// renewal (default 30 s); it is renewed every Lease/3 while the batch
+	// runs. A dead replica's batches are taken over by another after at
+	// most Lease plus ClaimInterval.
+	Lease time.Duration
+	// ClaimInterval is how often the runner looks for batches to claim:
+	// ones created on other replicas and ones whose lease expired
+	// (default 2 s). A batch created through this Service is claimed at
+	// once.
+	ClaimInterval time.Duration
 
 	// Concurrency is how many lines of one batch are in flight at once
 	// (default 64).
@@ -179,6 +205,12 @@ func (o *Options) defaults() {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.ClaimInterval <= 0 {
+		o.ClaimInterval = 2 * time.Second
+	}
 	if o.After == nil {
 		o.After = time.After
 	}
@@ -197,6 +229,14 @@ type Service struct {
 	log   *slog.Logger
 	// spoolDir holds one directory of spool files per running batch.
 	spoolDir string
+	// results keeps the lines' results; local is it when it is the spool.
+	results Results
+	local   *localResults
+	// replicaID names this runner's leases; stableReplica: it is the same
+	// across restarts, so Run takes its leases back at start.
+	replicaID     string
+	stableReplica bool
+	wake          chan struct{}
 
 	// global bounds lines in flight across batches (GlobalConcurrency);
 	// bytes bounds their bodies (MaxInFlightBytes), answers their large
@@ -238,18 +278,34 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 		st.Close()
 		return nil, fmt.Errorf("batches: open: %w", err)
 	}
-	return &Service{
-		store:    st,
-		files:    opts.Files,
-		gw:       opts.Gateway,
-		opts:     opts,
-		log:      opts.Logger,
-		spoolDir: spool,
-		global:   make(chan struct{}, opts.GlobalConcurrency),
-		bytes:    newByteBudget(opts.MaxInFlightBytes),
-		answers:  newByteBudget(opts.MaxInFlightBytes),
-		jobs:     map[string]*job{},
-	}, nil
+	s := &Service{
+		store:     st,
+		files:     opts.Files,
+		gw:        opts.Gateway,
+		opts:      opts,
+		log:       opts.Logger,
+		spoolDir:  spool,
+		results:   opts.Results,
+		replicaID: opts.ReplicaID,
+		wake:      make(chan struct{}, 1),
+		global:    make(chan struct{}, opts.GlobalConcurrency),
+		bytes:     newByteBudget(opts.MaxInFlightBytes),
+		answers:   newByteBudget(opts.MaxInFlightBytes),
+		jobs:      map[string]*job{},
+	}
+	if s.results == nil {
+		s.local = newLocalResults(s.spoolPath, s.maxSpoolLine())
+		s.results = s.local
+	}
+	if s.replicaID == "" {
+		if s.local != nil {
+			s.replicaID, s.stableReplica = "local", true
+		} else {
+			host, _ := os.Hostname()
+			s.replicaID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), newID(""))
+		}
+	}
+	return s, nil
 }
 
 // Close closes the store. Run must have returned.

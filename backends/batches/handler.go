@@ -200,7 +200,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, c caller.Caller
 		return
 	}
 	s.log.Info("batch created", "batch", b.ID, "owner", owner, "input_file", b.InputFileID, "endpoint", b.Endpoint)
-	s.start(b.ID)
+	s.poke()
 	writeJSON(w, b.object())
 }
 

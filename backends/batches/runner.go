@@ -31,12 +31,14 @@ type job struct {
 	cancelOnce sync.Once
 }
 
-// Run executes batches until ctx ends: first every batch a previous process
-// left validating, in progress, finalizing or cancelling (in progress ones
-// resume where their spool files end), then each batch as it is created.
-// When ctx ends it stops starting lines, abandons those in flight (they are
-// sent again on the next Run, as their results were not written), saves
-// progress and returns. Only one Run may be active at a time.
+// Run executes batches until ctx ends: it claims every runnable batch
+// (validating, in progress, finalizing or cancelling) that no replica
+// holds a live lease on, every ClaimInterval and at once when one is
+// created here, and runs each (in progress ones resume where their
+// recorded results end). When ctx ends it stops starting lines, abandons
+// those in flight (they are sent again by whichever runner claims the
+// batch next, as their results were not recorded), saves progress,
+// releases its leases and returns. Only one Run may be active at a time.
 func (s *Service) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.runCtx != nil {
@@ -53,18 +55,51 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 
 	s.sweepSpools(ctx)
-	ids, err := s.store.Active(ctx)
-	if err != nil {
-		return fmt.Errorf("batches: run: %w", err)
+	if s.stableReplica {
+		// Leases this replica id holds are a previous process's: take
+		// them back now rather than wait for them to expire.
+		if err := s.store.Release(ctx, "", s.replicaID); err != nil {
+			return fmt.Errorf("batches: run: %w", err)
+		}
 	}
-	if len(ids) > 0 {
-		s.log.Info("batches: resuming unfinished batches", "count", len(ids))
+	t := time.NewTicker(s.opts.ClaimInterval)
+	defer t.Stop()
+	for {
+		s.claimAll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.wake:
+		}
 	}
-	for _, id := range ids {
+}
+
+// claimAll claims runnable batches without a live lease (new ones, and
+// those of replicas that stopped renewing) until there are none, and starts
+// each.
+func (s *Service) claimAll(ctx context.Context) {
+	for ctx.Err() == nil {
+		id, err := s.store.Claim(ctx, s.replicaID, s.opts.Lease)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("batches: claiming batches failed", "err", err)
+			}
+			return
+		}
+		if id == "" {
+			return
+		}
 		s.start(id)
 	}
-	<-ctx.Done()
-	return nil
+}
+
+// poke makes Run claim at once (a batch was created here).
+func (s *Service) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // start drives batch id in the background if Run is active and it is not
@@ -84,11 +119,68 @@ func (s *Service) start(id string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.runJob(ctx, j)
+		jctx, jcancel := context.WithCancel(ctx)
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			s.holdLease(jctx, jcancel, j)
+		}()
+		s.runJob(jctx, j)
+		jcancel()
+		<-held
 		s.mu.Lock()
 		delete(s.jobs, id)
 		s.mu.Unlock()
+		if s.local != nil {
+			s.local.forget(id)
+		}
+		// Let another replica (or this one) take the batch at once if it
+		// is not finished; a terminal batch has no lease left.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := s.store.Release(rctx, id, s.replicaID); err != nil {
+			s.log.Warn("batches: releasing a lease failed", "batch", id, "err", err)
+		}
 	}()
+}
+
+// holdLease renews this replica's lease on j's batch every Lease/3 while
+// it runs, and cancels the job (abandoning its lines in flight) when the
+// lease is lost or could not be renewed for a whole Lease: by then
+// another replica may have taken the batch over. It also relays a cancel
+// made through another replica's API.
+func (s *Service) holdLease(ctx context.Context, stop context.CancelFunc, j *job) {
+	every := max(s.opts.Lease/3, time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	renewed := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok, err := s.store.Renew(ctx, j.id, s.replicaID, s.opts.Lease)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			s.log.Warn("batches: renewing a lease failed", "batch", j.id, "err", err)
+			if time.Since(renewed) >= s.opts.Lease {
+				stop()
+				return
+			}
+			continue
+		case !ok:
+			s.log.Warn("batches: lost the lease on a running batch; stopping it here", "batch", j.id)
+			stop()
+			return
+		}
+		renewed = time.Now()
+		if b, err := s.store.Load(ctx, j.id); err == nil && b.Status == StatusCancelling {
+			s.signalCancel(j.id)
+		}
+	}
 }
 
 // signalCancel tells batch id's job, if it runs here, that it was cancelled.
@@ -111,6 +203,11 @@ func (s *Service) runJob(ctx context.Context, j *job) {
 			return
 		}
 		s.log.Error("batches: processing a batch failed; retrying", "batch", j.id, "err", err, "in", s.opts.RestartDelay)
+		if s.local != nil {
+			// Reopened for the retry: that cuts off a line a failed write
+			// left partial.
+			s.local.forget(j.id)
+		}
 		t := time.NewTimer(s.opts.RestartDelay)
 		select {
 		case <-ctx.Done():
@@ -141,7 +238,7 @@ func (s *Service) advance(ctx context.Context, j *job) error {
 		case StatusCancelling:
 			err = s.finish(ctx, b, StatusCancelling, StatusCancelled, nil)
 		default:
-			s.removeSpool(b.ID)
+			s.dropResults(ctx, b.ID)
 			return nil
 		}
 		if err != nil {
@@ -208,21 +305,18 @@ func (s *Service) validateBatch(ctx context.Context, j *job, b Batch) error {
 // expires with the others.)
 func (s *Service) finish(ctx context.Context, b Batch, from, to string, errs []BatchError) error {
 	c := b.Counts
-	if ok, err := s.hasSpool(b.ID); err != nil {
+	st, err := recordedState(ctx, s.results, b.ID, false)
+	if err != nil {
 		return err
-	} else if ok {
-		sp, st, err := s.openSpool(b.ID, false)
-		if err != nil {
-			return err
-		}
+	}
+	if st.counts.Completed+st.counts.Failed > 0 {
 		c.Completed, c.Failed = st.counts.Completed, st.counts.Failed
 		c.InputTokens, c.CachedTokens = st.counts.InputTokens, st.counts.CachedTokens
 		c.OutputTokens, c.ReasoningTokens, c.TotalTokens = st.counts.OutputTokens, st.counts.ReasoningTokens, st.counts.TotalTokens
-		err = s.makeFile(ctx, b, sp.out, "output", b.OutputFileID)
+		err = s.makeFile(ctx, b, ResultOutput, "output", b.OutputFileID)
 		if err == nil {
-			err = s.makeFile(ctx, b, sp.errs, "error", b.ErrorFileID)
+			err = s.makeFile(ctx, b, ResultError, "error", b.ErrorFileID)
 		}
-		sp.close()
 		if err != nil {
 			return err
 		}
@@ -233,7 +327,7 @@ func (s *Service) finish(ctx context.Context, b Batch, from, to string, errs []B
 	}
 	if ok {
 		s.log.Info("batch "+to, "batch", b.ID, "completed", c.Completed, "failed", c.Failed)
-		s.removeSpool(b.ID)
+		s.dropResults(ctx, b.ID)
 	}
 	return nil
 }
@@ -241,14 +335,15 @@ func (s *Service) finish(ctx context.Context, b Batch, from, to string, errs []B
 // makeFile stores one spool file as a batch_output file, unless it is empty
 // (OpenAI sets output_file_id only when there were successes, and
 // error_file_id only when there were failures) or already stored.
-func (s *Service) makeFile(ctx context.Context, b Batch, sf *spoolFile, kind, have string) error {
+func (s *Service) makeFile(ctx context.Context, b Batch, rk ResultKind, kind, have string) error {
 	if have != "" {
 		return nil
 	}
-	f, size, err := sf.content()
+	f, size, err := s.results.Stream(ctx, b.ID, rk)
 	if err != nil {
 		return err
 	}
+	defer f.Close()
 	if size == 0 {
 		return nil
 	}
@@ -291,9 +386,8 @@ const (
 type run struct {
 	s *Service
 	b Batch
-	// spool and its counts (guarded by mu): results already in the spool
-	// files when the run started plus those written since.
-	sp      *spool
+	// counts (guarded by mu): results already recorded when the run
+	// started plus those recorded since.
 	mu      sync.Mutex
 	c       Counts
 	changed bool
@@ -325,14 +419,12 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 	if s.expired(b) {
 		return s.expire(ctx, b)
 	}
-	sp, st, err := s.openSpool(b.ID, true)
+	st, err := recordedState(ctx, s.results, b.ID, true)
 	if err != nil {
 		return err
 	}
-	defer sp.close()
 	in, err := s.openInput(ctx, b)
 	if errors.Is(err, files.ErrNotFound) {
-		sp.close()
 		return s.inputGone(ctx, b)
 	}
 	if err != nil {
@@ -343,7 +435,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 		s.log.Info("batch resuming", "batch", b.ID, "done", len(st.done), "total", b.Counts.Total)
 	}
 
-	r := &run{s: s, b: b, sp: sp, c: st.counts, slots: make(chan struct{}, s.opts.Concurrency), halt: make(chan struct{})}
+	r := &run{s: s, b: b, c: st.counts, slots: make(chan struct{}, s.opts.Concurrency), halt: make(chan struct{})}
 	r.pace = &pacer{after: s.opts.After, halt: r.halt}
 	r.c.Total = b.Counts.Total
 	tickDone := make(chan struct{})
@@ -352,6 +444,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 
 	lr := newLineReader(in, s.opts.MaxLineBytes)
 	var readErr error
+	index := int64(-1)
 	for ctx.Err() == nil {
 		line, tooLong, _, err := lr.next()
 		if errors.Is(err, io.EOF) {
@@ -364,6 +457,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 		if tooLong || blank(line) {
 			continue // validation saw to it that there are none of the former
 		}
+		index++
 		cid := gjson.GetBytes(line, "custom_id")
 		if _, ok := st.done[keyOf(cid.Str)]; ok {
 			continue
@@ -384,7 +478,7 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 		}
 		// GetBytes returns copies: line is the reader's buffer, reused for
 		// the next line, and these outlive it.
-		l := pending{customID: cid.Raw, body: body, units: units}
+		l := pending{customID: cid.Raw, cid: cid.Str, index: index, body: body, units: units}
 		r.wg.Add(1)
 		go r.send(ctx, l)
 	}
@@ -403,7 +497,6 @@ func (s *Service) runLines(ctx context.Context, j *job, b Batch) error {
 	case r.why == haltCancelled:
 		return nil // the status is cancelling; advance finishes it
 	case r.why == haltExpired && !r.allDone():
-		sp.close()
 		return s.expire(ctx, b)
 	}
 	// Every line has a result (the window may have ended while the last ones
@@ -425,11 +518,10 @@ func (s *Service) expire(ctx context.Context, b Batch) error {
 // writeExpired gives every line of the input without a result in the spool a
 // batch_expired error result. It is a no-op when every line has one.
 func (s *Service) writeExpired(ctx context.Context, b Batch) error {
-	sp, st, err := s.openSpool(b.ID, true)
+	st, err := recordedState(ctx, s.results, b.ID, true)
 	if err != nil {
 		return err
 	}
-	defer sp.close()
 	if int64(len(st.done)) >= b.Counts.Total {
 		return nil
 	}
@@ -442,10 +534,11 @@ func (s *Service) writeExpired(ctx context.Context, b Batch) error {
 	}
 	defer in.Close()
 	lr := newLineReader(in, s.opts.MaxLineBytes)
+	index := int64(-1)
 	for {
 		line, tooLong, _, err := lr.next()
 		if errors.Is(err, io.EOF) {
-			return sp.sync()
+			return s.results.Sync(ctx, b.ID)
 		}
 		if err != nil {
 			return fmt.Errorf("read input: %w", err)
@@ -453,12 +546,14 @@ func (s *Service) writeExpired(ctx context.Context, b Batch) error {
 		if tooLong || blank(line) {
 			continue
 		}
+		index++
 		cid := gjson.GetBytes(line, "custom_id")
 		if _, ok := st.done[keyOf(cid.Str)]; ok {
 			continue
 		}
-		if err := sp.errs.append(errorLine(cid.Raw, "batch_expired",
-			"This request could not be executed before the batch's completion window expired.")); err != nil {
+		if err := s.results.Record(ctx, b.ID, Result{Index: index, CustomID: cid.Str, Kind: ResultError,
+			Line: errorLine(cid.Raw, "batch_expired",
+				"This request could not be executed before the batch's completion window expired.")}); err != nil {
 			return err
 		}
 	}
@@ -467,6 +562,8 @@ func (s *Service) writeExpired(ctx context.Context, b Batch) error {
 // pending is a line on its way to the gateway.
 type pending struct {
 	customID string // the raw JSON string token of the input line
+	cid      string // the custom_id decoded
+	index    int64  // among the input's request lines
 	body     string // the raw JSON of the line's body, sent as is
 	units    int    // of the byte budget
 }
@@ -572,18 +669,18 @@ func (r *run) saveProgress(ctx context.Context) {
 	if !changed {
 		return
 	}
-	if err := r.sp.sync(); err != nil {
-		r.s.log.Warn("batches: syncing spool files failed", "batch", r.b.ID, "err", err)
+	if err := r.s.results.Sync(ctx, r.b.ID); err != nil {
+		r.s.log.Warn("batches: syncing results failed", "batch", r.b.ID, "err", err)
 	}
 	if err := r.s.store.Update(ctx, r.b.ID, Change{Counts: &c}); err != nil && ctx.Err() == nil {
 		r.s.log.Warn("batches: saving progress failed", "batch", r.b.ID, "err", err)
 	}
 }
 
-// record appends a result line to sf and counts it (usage: the response body's
+// record records line l's result and counts it (usage: the response body's
 // usage, for a success).
-func (r *run) record(sf *spoolFile, line []byte, usage *gjson.Result) error {
-	if err := sf.append(line); err != nil {
+func (r *run) record(ctx context.Context, l pending, kind ResultKind, line []byte, usage *gjson.Result) error {
+	if err := r.s.results.Record(ctx, r.b.ID, Result{Index: l.index, CustomID: l.cid, Kind: kind, Line: line}); err != nil {
 		r.mu.Lock()
 		if r.writeErr == nil {
 			r.writeErr = err
@@ -595,7 +692,7 @@ func (r *run) record(sf *spoolFile, line []byte, usage *gjson.Result) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.changed = true
-	if sf == r.sp.out {
+	if kind == ResultOutput {
 		r.c.Completed++
 		if usage != nil {
 			r.c.addUsage(*usage)
@@ -669,14 +766,14 @@ func (r *run) send(ctx context.Context, l pending) {
 		}
 		switch {
 		case errors.Is(err, errResponseTooLarge):
-			_ = r.record(r.sp.errs, errorLine(l.customID, "response_too_large",
+			_ = r.record(ctx, l, ResultError, errorLine(l.customID, "response_too_large",
 				fmt.Sprintf("The response was larger than %d bytes.", opts.MaxResponseBytes)), nil)
 		case err != nil:
 			r.s.log.Warn("batches: a line got no answer from the gateway", "batch", r.b.ID, "attempts", attempt+1, "err", err)
-			_ = r.record(r.sp.errs, errorLine(l.customID, "request_failed",
+			_ = r.record(ctx, l, ResultError, errorLine(l.customID, "request_failed",
 				fmt.Sprintf("The request could not be completed: the gateway did not answer after %d attempts.", attempt+1)), nil)
 		default:
-			r.recordResponse(l, &a)
+			r.recordResponse(ctx, l, &a)
 		}
 		r.s.freeAnswer(&a)
 		return
@@ -873,7 +970,7 @@ const notJSONObject = `{"error":{"message":"The gateway answered with a body tha
 // is built in one buffer, the body compacted straight into it: a pooled
 // buffer for a small answer, one sized to the answer (and counted with it
 // in the answers budget) for a large one.
-func (r *run) recordResponse(l pending, a *answer) {
+func (r *run) recordResponse(ctx context.Context, l pending, a *answer) {
 	status, reqID := a.status, a.reqID
 	if reqID == "" {
 		reqID = newID("req_")
@@ -916,10 +1013,10 @@ func (r *run) recordResponse(l pending, a *answer) {
 	line.WriteString("},\"error\":null}\n")
 	if status/100 == 2 {
 		u := gjson.GetBytes(line.Bytes()[bodyAt:bodyEnd], "usage")
-		_ = r.record(r.sp.out, line.Bytes(), &u)
+		_ = r.record(ctx, l, ResultOutput, line.Bytes(), &u)
 		return
 	}
-	_ = r.record(r.sp.errs, line.Bytes(), nil)
+	_ = r.record(ctx, l, ResultError, line.Bytes(), nil)
 }
 
 // errorLine is the result of a line that got no answer: response null and an

@@ -25,14 +25,10 @@ import (
 //     first, so the Store never counts a result the spool could lose).
 //
 // So the spool is durable only on this machine's disk: a batch resumes
-// here, after a restart, and not on another replica. Moving the results
-// into shared storage (so a line whose result is recorded is never sent
-// again whichever replica resumes the batch, and the output is assembled in
-// object storage) is the fleet-storage issue's; everything the API reads
-// about a batch is in the Store already. Everything the runner does on the
-// local disk is in this file (spoolPath, hasSpool, openSpool, openInput,
-// removeSpool, sweepSpools, spoolFile.content): runner.go and handler.go
-// name no path, so this file is the seam that work replaces.
+// here, after a restart, and not on another replica. It is the local
+// Results (localResults, results.go); fleet mode records results in
+// PostgreSQL instead (PostgresResults) and keeps only the input snapshot
+// here.
 
 // Spool file names inside DATA_DIR/batches/<id>/.
 const (
@@ -93,26 +89,16 @@ type spool struct {
 // spoolPath is batch id's spool directory.
 func (s *Service) spoolPath(id string) string { return filepath.Join(s.spoolDir, id) }
 
-// hasSpool reports whether batch id has a spool directory.
-func (s *Service) hasSpool(id string) (bool, error) {
-	_, err := os.Stat(s.spoolPath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+// dropResults removes a finished batch's results and its local scratch
+// (the input snapshot).
+func (s *Service) dropResults(ctx context.Context, id string) {
+	if err := s.results.Delete(context.WithoutCancel(ctx), id); err != nil {
+		s.log.Warn("batches: removing a batch's results failed", "batch", id, "err", err)
 	}
-	if err != nil {
-		return false, fmt.Errorf("spool: %w", err)
-	}
-	return true, nil
-}
-
-// openSpool opens batch id's result files (openSpoolDir).
-func (s *Service) openSpool(id string, withDone bool) (*spool, spoolState, error) {
-	return openSpoolDir(s.spoolPath(id), s.maxSpoolLine(), withDone)
-}
-
-func (s *Service) removeSpool(id string) {
-	if err := os.RemoveAll(s.spoolPath(id)); err != nil {
-		s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
+	if s.local == nil {
+		if err := os.RemoveAll(s.spoolPath(id)); err != nil {
+			s.log.Warn("batches: removing a spool directory failed", "batch", id, "err", err)
+		}
 	}
 }
 

@@ -83,6 +83,10 @@ var migrations = []string{
 	// batch draws from its owner's daily line allowance.
 	`ALTER TABLE batches ADD COLUMN lines INTEGER NOT NULL DEFAULT 0;
 	CREATE INDEX batches_owner_created ON batches (owner, created_at);`,
+	// The lease on a running batch (Claim): the replica and until when
+	// (Unix nanoseconds).
+	`ALTER TABLE batches ADD COLUMN lease_owner TEXT NOT NULL DEFAULT '';
+	ALTER TABLE batches ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // Close closes the database.
@@ -360,6 +364,9 @@ func (s *SQLiteStore) Transition(ctx context.Context, id string, from []string, 
 	}
 	cols = append(cols, chCols...)
 	args = append(args, chArgs...)
+	if Terminal(to) {
+		cols = append(cols, "lease_owner = ''", "lease_until = 0")
+	}
 	args = append(args, id)
 	q := `UPDATE batches SET ` + strings.Join(cols, ", ") + ` WHERE id = ? AND status IN (?` + strings.Repeat(", ?", len(from)-1) + `)`
 	for _, f := range from {
@@ -388,6 +395,55 @@ func (s *SQLiteStore) Update(ctx context.Context, id string, ch Change) error {
 	args = append(args, id)
 	if _, err := s.db.ExecContext(ctx, `UPDATE batches SET `+strings.Join(cols, ", ")+` WHERE id = ?`, args...); err != nil {
 		return fmt.Errorf("batches: update %s: %w", id, err)
+	}
+	return nil
+}
+
+// Claim is Store.Claim: one UPDATE picks and leases the batch. Lease times
+// are this process's clock (a single node).
+func (s *SQLiteStore) Claim(ctx context.Context, replicaID string, lease time.Duration) (string, error) {
+	now := time.Now()
+	var id string
+	err := s.db.QueryRowContext(ctx, `UPDATE batches SET lease_owner = ?, lease_until = ?
+		WHERE seq = (SELECT seq FROM batches WHERE status IN (?, ?, ?, ?) AND (lease_owner = '' OR lease_until < ?)
+			ORDER BY seq LIMIT 1)
+		RETURNING id`, replicaID, now.Add(lease).UnixNano(),
+		activeStatuses[0], activeStatuses[1], activeStatuses[2], activeStatuses[3], now.UnixNano()).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("batches: claim: %w", err)
+	}
+	return id, nil
+}
+
+// Renew is Store.Renew.
+func (s *SQLiteStore) Renew(ctx context.Context, id, replicaID string, lease time.Duration) (bool, error) {
+	now := time.Now()
+	res, err := s.db.ExecContext(ctx, `UPDATE batches SET lease_until = ?
+		WHERE id = ? AND lease_owner = ? AND lease_until >= ? AND status IN (?, ?, ?, ?)`,
+		now.Add(lease).UnixNano(), id, replicaID, now.UnixNano(),
+		activeStatuses[0], activeStatuses[1], activeStatuses[2], activeStatuses[3])
+	if err != nil {
+		return false, fmt.Errorf("batches: renew %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("batches: renew %s: %w", id, err)
+	}
+	return n == 1, nil
+}
+
+// Release is Store.Release.
+func (s *SQLiteStore) Release(ctx context.Context, id, replicaID string) error {
+	q, args := `UPDATE batches SET lease_owner = '', lease_until = 0 WHERE lease_owner = ?`, []any{replicaID}
+	if id != "" {
+		q += ` AND id = ?`
+		args = append(args, id)
+	}
+	if _, err := s.db.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("batches: release %s: %w", id, err)
 	}
 	return nil
 }

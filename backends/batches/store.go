@@ -9,9 +9,9 @@ import (
 // Store is the batch store the Service (the API and the runner) consumes:
 // the durable state of every batch. The first implementation is SQLite
 // (OpenSQLiteStore); batchestest.Run is the conformance suite any
-// implementation must pass. Everything else a batch has is either in the
-// files store (its input, output and error files) or local scratch (the
-// spool, spool.go).
+// implementation must pass; PostgresStore is the fleet one. Everything
+// else a batch has is either in the files store (its input, output and
+// error files) or in a Results (its lines' results while it runs).
 //
 // Implementations are safe for concurrent use, by several processes
 // sharing the same state: the checks of Create and the status compare of
@@ -36,7 +36,7 @@ type Store interface {
 	// follow. An after that is not one of owner's batches is ErrBadCursor.
 	List(ctx context.Context, owner, after string, limit int) ([]Batch, bool, error)
 	// Active returns the ids of all owners' batches not in a terminal
-	// state, oldest first: what the runner picks up after a restart.
+	// state, oldest first (the runner claims them with Claim instead).
 	Active(ctx context.Context) ([]string, error)
 	// IsActive reports whether batch id exists and is not in a terminal
 	// state.
@@ -50,6 +50,19 @@ type Store interface {
 	// Update applies ch to batch id without changing its status (progress
 	// checkpoints, output file ids).
 	Update(ctx context.Context, id string, ch Change) error
+
+	// Claim leases one runnable batch (validating, in_progress, finalizing
+	// or cancelling) that holds no live lease to replicaID for lease, and
+	// returns its id, oldest first; "" when there is none. Concurrent
+	// claims never return the same batch while its lease lives.
+	Claim(ctx context.Context, replicaID string, lease time.Duration) (string, error)
+	// Renew extends replicaID's lease on batch id by lease from now, and
+	// reports whether replicaID still held it (false: it expired and
+	// another replica took the batch, or the batch ended).
+	Renew(ctx context.Context, id, replicaID string, lease time.Duration) (bool, error)
+	// Release gives up replicaID's lease on batch id, or on every batch it
+	// holds when id is "" (what a restarted replica with a stable id left).
+	Release(ctx context.Context, id, replicaID string) error
 	Close() error
 }
 

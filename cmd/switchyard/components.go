@@ -117,10 +117,14 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.GatewayURL, "gateway-url", "", "the gateway's OpenAI base URL ending in /v1, which batch lines and responses are sent through (required)")
 	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA bundle verifying the gateway's certificate (default: the system roots)")
 	cfgPath := fs.String("config", "", "configuration file, for its tools and tiers sections (default: the embedded configuration)")
+	fs.DurationVar(&o.BatchLease, "batch-lease", 30*time.Second, "how long this replica's claim on a running batch lasts unless renewed (renewed every third of it); another replica takes a dead one's batches over after it")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.BatchLease < time.Second {
+		return errors.New("--batch-lease must be at least 1s")
 	}
 	if o.GatewayURL == "" {
 		return errors.New("--gateway-url is required")
@@ -145,6 +149,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		o.Tracer = tp
 		defer tracing.Shutdown(tp)
 	}
+	o.Storage = cfg.Storage
 	c, err := gateway.StartBackends(ctx, o)
 	if err != nil {
 		return err

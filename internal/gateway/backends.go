@@ -55,6 +55,11 @@ type BackendsOptions struct {
 	// (config.Tier.BatchLinesPerDay). A tier not in it has none: its
 	// batches are refused. Nil: no allowance is checked.
 	Tiers map[string]config.Tier
+	// Storage chooses the stores (config.Config.Storage); the zero value is
+	// the embedded SQLite and disk.
+	Storage config.Storage
+	// BatchLease: see backends.Options.BatchLease.
+	BatchLease time.Duration
 	// BatchPaceAfter: see Options.BatchPaceAfter.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
 	Logger         *slog.Logger
@@ -129,8 +134,15 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 			bo.CodeInterpreter = r // never a nil *sandbox.Runner in the interface
 		}
 	}
+	bo.BatchLease = opts.BatchLease
+	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
+		return nil, err
+	}
 	svc, err := backends.New(ctx, bo)
 	if err != nil {
+		if bo.BatchStore != nil {
+			_ = bo.BatchStore.Close()
+		}
 		return nil, err
 	}
 	c.closers = append(c.closers, svc.Close)

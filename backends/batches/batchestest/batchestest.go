@@ -31,6 +31,8 @@ func Run(t *testing.T, open func(t *testing.T) batches.Store) {
 		{"Active", testActive},
 		{"ConcurrentCreate", testConcurrentCreate},
 		{"ConcurrentTransition", testConcurrentTransition},
+		{"Claim", testClaim},
+		{"ConcurrentClaim", testConcurrentClaim},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -416,5 +418,141 @@ func testConcurrentTransition(t *testing.T, s batches.Store) {
 	}
 	if n != 1 {
 		t.Errorf("%d transitions from validating succeeded, want 1", n)
+	}
+}
+
+func claim(t *testing.T, s batches.Store, replica string, lease time.Duration) string {
+	t.Helper()
+	id, err := s.Claim(t.Context(), replica, lease)
+	if err != nil {
+		t.Fatalf("claim by %s: %v", replica, err)
+	}
+	return id
+}
+
+func renew(t *testing.T, s batches.Store, id, replica string) bool {
+	t.Helper()
+	ok, err := s.Renew(t.Context(), id, replica, time.Hour)
+	if err != nil {
+		t.Fatalf("renew %s by %s: %v", id, replica, err)
+	}
+	return ok
+}
+
+func testClaim(t *testing.T, s batches.Store) {
+	ctx := t.Context()
+	create(t, s, newBatch("alice", "batch_1", base))
+	create(t, s, newBatch("bob", "batch_2", base+1))
+	create(t, s, newBatch("alice", "batch_3", base+2))
+	if _, err := s.Transition(ctx, "batch_3", []string{batches.StatusValidating}, batches.StatusFailed, time.Unix(base, 0), batches.Change{}); err != nil {
+		t.Fatal(err)
+	}
+	if id := claim(t, s, "A", time.Hour); id != "batch_1" {
+		t.Fatalf("A claims %q, want the oldest, batch_1", id)
+	}
+	if id := claim(t, s, "B", time.Hour); id != "batch_2" {
+		t.Fatalf("B claims %q, want batch_2", id)
+	}
+	if id := claim(t, s, "C", time.Hour); id != "" {
+		t.Fatalf("C claims %q: every runnable batch is leased and batch_3 is terminal", id)
+	}
+	if !renew(t, s, "batch_1", "A") {
+		t.Error("A cannot renew its own lease")
+	}
+	if renew(t, s, "batch_1", "B") {
+		t.Error("B renews A's lease")
+	}
+	if err := s.Release(ctx, "batch_1", "B"); err != nil {
+		t.Fatal(err)
+	}
+	if id := claim(t, s, "C", time.Hour); id != "" {
+		t.Fatalf("C claims %q after B released a lease B does not hold", id)
+	}
+	if err := s.Release(ctx, "batch_1", "A"); err != nil {
+		t.Fatal(err)
+	}
+	if id := claim(t, s, "C", time.Hour); id != "batch_1" {
+		t.Fatalf("C claims %q after A released batch_1", id)
+	}
+	// A terminal batch gives up its lease.
+	if _, err := s.Transition(ctx, "batch_2", []string{batches.StatusValidating}, batches.StatusCancelled, time.Unix(base, 0), batches.Change{}); err != nil {
+		t.Fatal(err)
+	}
+	if renew(t, s, "batch_2", "B") {
+		t.Error("B renews the lease of a cancelled batch")
+	}
+	// Release with no id releases all of a replica's leases.
+	if err := s.Release(ctx, "", "C"); err != nil {
+		t.Fatal(err)
+	}
+	if id := claim(t, s, "D", time.Hour); id != "batch_1" {
+		t.Fatalf("D claims %q after C released everything", id)
+	}
+	// An expired lease is claimed by another replica, and is not renewed.
+	create(t, s, newBatch("carol", "batch_4", base+3))
+	if id := claim(t, s, "E", time.Millisecond); id != "batch_4" {
+		t.Fatalf("E claims %q, want batch_4", id)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		id := claim(t, s, "F", time.Hour)
+		if id == "batch_4" {
+			break
+		}
+		if id != "" {
+			t.Fatalf("F claims %q, want batch_4 once E's lease expires", id)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("E's 1 ms lease never expired")
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the lease's end, not asserting on it
+	}
+	if renew(t, s, "batch_4", "E") {
+		t.Error("E renews a lease F took over")
+	}
+	if !renew(t, s, "batch_4", "F") {
+		t.Error("F cannot renew the lease it took over")
+	}
+}
+
+func testConcurrentClaim(t *testing.T, s batches.Store) {
+	const n = 20
+	for i := range n {
+		create(t, s, newBatch(fmt.Sprintf("owner%d", i%5), fmt.Sprintf("batch_%02d", i), base+int64(i)))
+	}
+	var mu sync.Mutex
+	got := map[string]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for r := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replica := fmt.Sprintf("r%d", r)
+			for {
+				id, err := s.Claim(context.Background(), replica, time.Hour)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if id == "" {
+					return
+				}
+				mu.Lock()
+				if prev, ok := got[id]; ok {
+					errs <- fmt.Errorf("%s claimed by %s and %s", id, prev, replica)
+				}
+				got[id] = replica
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(got) != n {
+		t.Errorf("%d batches claimed, want %d", len(got), n)
 	}
 }
