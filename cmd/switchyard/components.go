@@ -106,7 +106,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.DataDir, "data-dir", ".data", "directory of the files, batches and responses databases and file blobs")
 	fs.StringVar(&o.GatewayURL, "gateway-url", "", "the gateway's OpenAI base URL ending in /v1, which batch lines and responses are sent through (required)")
 	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA bundle verifying the gateway's certificate (default: the system roots)")
-	cfgPath := fs.String("config", "", "configuration file, for its tools and tiers sections (default: the embedded configuration)")
+	cfgPath := fs.String("config", "", "configuration file, for its tools, tiers and storage sections (default: the embedded configuration)")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -127,6 +127,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.Tools = cfg.Tools
 	o.Tiers = cfg.Tiers
+	o.Storage = cfg.Storage
 	c, err := gateway.StartBackends(ctx, o)
 	if err != nil {
 		return err

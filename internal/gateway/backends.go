@@ -17,7 +17,9 @@ import (
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
 	"github.com/switchyard-ai/switchyard/backends/sandbox"
+	"github.com/switchyard-ai/switchyard/backends/vectorstores"
 	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/pgdb"
 )
 
 // InternalTokenEnv names the environment variable holding the internal
@@ -52,7 +54,10 @@ type BackendsOptions struct {
 	Tiers map[string]config.Tier
 	// BatchPaceAfter: see Options.BatchPaceAfter.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
-	Logger         *slog.Logger
+	// Storage is the configuration's storage section: with metadata kind
+	// postgres, the stores shared by every replica.
+	Storage config.Storage
+	Logger  *slog.Logger
 }
 
 // StartBackends serves the backends until the Component is closed.
@@ -116,6 +121,9 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 			bo.CodeInterpreter = r // never a nil *sandbox.Runner in the interface
 		}
 	}
+	if bo.ResponsesStore, bo.VectorStore, err = fleetResponsesStores(ctx, opts.Storage, bo.EmbeddingModel != "", log); err != nil {
+		return nil, err
+	}
 	svc, err := backends.New(ctx, bo)
 	if err != nil {
 		return nil, err
@@ -152,3 +160,31 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 // inProcessBackends reports whether Start serves the backends itself: when
 // the configuration names no backends service of its own.
 func inProcessBackends(cfg *config.Config) bool { return cfg.Backends == nil }
+
+// fleetResponsesStores opens the Postgres stores of the responses and (with
+// vector stores on) the vector stores when storage.metadata.kind is
+// postgres; nil stores (SQLite under the data directory) otherwise. Each
+// store has its own pool, sized by storage.metadata.max_conns.
+func fleetResponsesStores(ctx context.Context, st config.Storage, vectors bool, log *slog.Logger) (responses.Store, vectorstores.Store, error) {
+	if st.Metadata.Kind != config.MetadataPostgres {
+		return nil, nil, nil
+	}
+	dsn := os.Getenv(st.Metadata.DSNEnv)
+	if dsn == "" {
+		return nil, nil, fmt.Errorf("gateway: backends: storage.metadata.dsn_env names %s, which is not set", st.Metadata.DSNEnv)
+	}
+	pool := pgdb.Pool{MaxConns: st.Metadata.MaxConns}
+	rs, err := responses.OpenPostgresStore(ctx, dsn, pool)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: backends: %w", err)
+	}
+	if !vectors {
+		return rs, nil, nil
+	}
+	vs, err := vectorstores.OpenPostgresStore(ctx, dsn, vectorstores.PostgresOptions{Pool: pool, Logger: log.With("service", "vectorstores")})
+	if err != nil {
+		rs.Close()
+		return nil, nil, fmt.Errorf("gateway: backends: %w", err)
+	}
+	return rs, vs, nil
+}

@@ -346,7 +346,7 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	if backendsLis != nil {
 		bo := BackendsOptions{Listener: backendsLis, DataDir: opts.DataDir, GatewayURL: g.BaseURL(), Token: token,
-			Tools: cfg.Tools, Tiers: cfg.Tiers, BatchPaceAfter: opts.BatchPaceAfter, Logger: log.With("component", "backends")}
+			Tools: cfg.Tools, Tiers: cfg.Tiers, Storage: cfg.Storage, BatchPaceAfter: opts.BatchPaceAfter, Logger: log.With("component", "backends")}
 		if t := g.listener.TLS; t != nil {
 			bo.GatewayCAFile = t.CertFile
 		}
