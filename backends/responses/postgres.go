@@ -86,10 +86,23 @@ func (s *PostgresStore) Put(ctx context.Context, r Row) error {
 	if err != nil {
 		return fmt.Errorf("responses: store %s: %w", r.ID, err)
 	}
-	_, err = s.pool.Exec(ctx,
-		`INSERT INTO responses (id, owner, previous_id, created_at, expires_at, body, input, output, kek_id, data_key)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-		r.ID, r.Owner, r.PreviousID, r.CreatedAt.Unix(), r.ExpiresAt.Unix(), r.Body, r.Input, r.Output, kekID, r.Key)
+	// Retried while the database is briefly unreachable (pgdb.Retry, within
+	// ctx): the response has been generated and charged, so losing it to a
+	// failover would be worse than waiting. An attempt whose commit was
+	// lost in transit makes the next one a duplicate of a random id: that
+	// is this row, stored.
+	attempt := 0
+	err = pgdb.Retry(ctx, func() error {
+		attempt++
+		_, err := s.pool.Exec(ctx,
+			`INSERT INTO responses (id, owner, previous_id, created_at, expires_at, body, input, output, kek_id, data_key)
+			 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			r.ID, r.Owner, r.PreviousID, r.CreatedAt.Unix(), r.ExpiresAt.Unix(), r.Body, r.Input, r.Output, kekID, r.Key)
+		if attempt > 1 && pgdb.IsUniqueViolation(err) {
+			return nil
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("responses: store %s: %w", r.ID, err)
 	}
@@ -99,9 +112,11 @@ func (s *PostgresStore) Put(ctx context.Context, r Row) error {
 // Body is Store.Body.
 func (s *PostgresStore) Body(ctx context.Context, owner, id string, now time.Time) ([]byte, []byte, error) {
 	var b, w []byte
-	err := s.pool.QueryRow(ctx,
-		`SELECT body, data_key FROM responses WHERE id = $1 AND owner = $2 AND expires_at > $3`,
-		id, owner, now.Unix()).Scan(&b, &w)
+	err := pgdb.Retry(ctx, func() error {
+		return s.pool.QueryRow(ctx,
+			`SELECT body, data_key FROM responses WHERE id = $1 AND owner = $2 AND expires_at > $3`,
+			id, owner, now.Unix()).Scan(&b, &w)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, ErrNotFound
 	}
@@ -142,7 +157,16 @@ const chainWalk = `
 // TOASTed content), the rows only when the chain is within its bounds; both
 // in one REPEATABLE READ snapshot, so a delete between them cannot make
 // the rows disagree with the bounds checked.
-func (s *PostgresStore) Chain(ctx context.Context, owner, id string, now time.Time, lim ChainLimits) ([]Row, error) {
+func (s *PostgresStore) Chain(ctx context.Context, owner, id string, now time.Time, lim ChainLimits) (out []Row, err error) {
+	// A read: retried while the database is briefly unreachable.
+	err = pgdb.Retry(ctx, func() error {
+		out, err = s.chain(ctx, owner, id, now, lim)
+		return err
+	})
+	return out, err
+}
+
+func (s *PostgresStore) chain(ctx context.Context, owner, id string, now time.Time, lim ChainLimits) ([]Row, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("responses: chain of %s: %w", id, err)
