@@ -237,3 +237,46 @@ func TestVecCacheBounds(t *testing.T) {
 		t.Errorf("used %d > max %d", c.used, c.max)
 	}
 }
+
+// TestPostgresSweepOneReplica: while another replica holds the sweep lock,
+// a sweep of expired stores or orphaned chunks does nothing; once it is
+// free, they go.
+func TestPostgresSweepOneReplica(t *testing.T) {
+	ctx := t.Context()
+	dsn := pgtest.DSN(t)
+	s := openPG(t, dsn, "a", PostgresOptions{})
+	now := time.Now()
+	st := StoreRow{ID: "vs_1", Owner: "alice", Metadata: []byte(`{}`), CreatedAt: now, LastActiveAt: now,
+		ExpiresDays: 1, ExpiresAt: now.Add(24 * time.Hour)}
+	if err := s.CreateStore(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO vector_store_chunks (store_id, file_id, gen, seq, sealed, vector)
+		VALUES ('vs_gone', 'file-1', 1, 0, 'x', 'y')`); err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.pool.Acquire(ctx) // the other replica's sweeping connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_lock($1)`, sweepLock); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(48 * time.Hour)
+	if n, err := s.SweepStores(ctx, later); err != nil || n != 0 {
+		t.Errorf("store sweep while another replica sweeps: %d, %v", n, err)
+	}
+	if n, err := s.SweepChunks(ctx); err != nil || n != 0 {
+		t.Errorf("chunk sweep while another replica sweeps: %d, %v", n, err)
+	}
+	if _, err := other.Exec(ctx, `SELECT pg_advisory_unlock($1)`, sweepLock); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.SweepStores(ctx, later); err != nil || n != 1 {
+		t.Errorf("store sweep: %d, %v; want 1", n, err)
+	}
+	if n, err := s.SweepChunks(ctx); err != nil || n != 1 {
+		t.Errorf("chunk sweep: %d, %v; want 1", n, err)
+	}
+}
