@@ -1,8 +1,12 @@
 package vectorstores
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -278,5 +282,81 @@ func TestPostgresSweepOneReplica(t *testing.T) {
 	}
 	if n, err := s.SweepChunks(ctx); err != nil || n != 1 {
 		t.Errorf("chunk sweep: %d, %v; want 1", n, err)
+	}
+}
+
+// startCounter wraps a PostgresStore, recording which replica started
+// indexing which file generation (a successful ResetChunks).
+type startCounter struct {
+	*PostgresStore
+	replica string
+	mu      *sync.Mutex
+	starts  map[FileGen][]string
+}
+
+func (c startCounter) ResetChunks(ctx context.Context, j Job, key []byte) error {
+	err := c.PostgresStore.ResetChunks(ctx, j, key)
+	if err == nil {
+		c.mu.Lock()
+		fg := FileGen{j.FileID, j.Gen}
+		c.starts[fg] = append(c.starts[fg], c.replica)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// TestPostgresTwoIndexers: two Services (replicas) on one database, both
+// running their indexers, one file at a time each: every attached file is
+// indexed by exactly one of them, and the store is searched through
+// either.
+func TestPostgresTwoIndexers(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	kek, _ := envelope.NewKey()
+	ring, err := envelope.NewKeyring(kek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	starts := map[FileGen][]string{}
+	replica := func(name string, files Files) func(*Options) {
+		return func(o *Options) {
+			o.Store = startCounter{openPG(t, dsn, name, PostgresOptions{}), name, &mu, starts}
+			o.Keys = ring
+			o.Concurrency = 1
+			// The tick is when an idle replica looks for work attached
+			// through the other.
+			o.SweepInterval = 10 * time.Millisecond
+			if files != nil {
+				o.Files = files
+			}
+		}
+	}
+	a := newEnv(t, replica("a", nil))
+	b := newEnv(t, replica("b", a.files)) // one files store, as a fleet shares it
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, a.upload("alice", fmt.Sprintf("doc%d.txt", i), fmt.Sprintf("document number %d says word%d", i, i)))
+	}
+	st := a.createStore("alice", `{"file_ids":["`+strings.Join(ids, `","`)+`"]}`)
+	if n := st.Get("file_counts.completed").Int(); n != 6 {
+		t.Fatalf("completed files: %d: %s", n, st.Raw)
+	}
+	mu.Lock()
+	if len(starts) != 6 {
+		t.Errorf("indexing started for %d generations, want 6: %v", len(starts), starts)
+	}
+	t.Logf("indexed by: %v", starts)
+	for fg, by := range starts {
+		if len(by) != 1 {
+			t.Errorf("file %s indexed by %v, want one replica once", fg.FileID, by)
+		}
+	}
+	mu.Unlock()
+	for i := range 6 {
+		page := b.ok("alice", http.MethodPost, "/v1/vector_stores/"+st.Get("id").Str+"/search",
+			fmt.Sprintf(`{"query":"word%d"}`, i), "VectorStoreSearchResultsPage")
+		if got := page.Get("data.0.file_id").Str; got != ids[i] {
+			t.Errorf("search for word%d through b: first result %s, want %s", i, got, ids[i])
+		}
 	}
 }
