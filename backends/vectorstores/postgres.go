@@ -232,7 +232,7 @@ func (s *PostgresStore) leaseSecs() float64 { return s.lease.Seconds() }
 // indexing every Lease/3, dropping those it no longer holds.
 func (s *PostgresStore) renewLoop(ctx context.Context) {
 	defer close(s.done)
-	t := time.NewTicker(s.lease / 3)
+	t := time.NewTicker(max(s.lease/3, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
