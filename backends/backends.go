@@ -54,6 +54,12 @@ type Options struct {
 	// BatchPaceAfter times the batch runner's pauses for a key's tokens
 	// per minute (batches.Options.After); nil: time.After.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
+	// ResponsesStore and VectorStore, when set, keep the stored responses
+	// and the vector stores instead of the SQLite databases in DataDir (a
+	// fleet's Postgres stores). The Service closes them, also when New
+	// fails.
+	ResponsesStore responses.Store
+	VectorStore    vectorstores.Store
 	Logger         *slog.Logger
 }
 
@@ -77,9 +83,18 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 		log = slog.Default()
 	}
 	s := &Service{}
+	// The stores passed in not yet handed to their services are closed
+	// here if New fails, or (the vector store) when vector stores are off.
+	respStore, vecStore := opts.ResponsesStore, opts.VectorStore
 	defer func() {
 		if err != nil {
 			s.Close()
+			if respStore != nil {
+				_ = respStore.Close()
+			}
+		}
+		if vecStore != nil {
+			_ = vecStore.Close()
 		}
 	}()
 	if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("service", "files")}); err != nil {
@@ -92,17 +107,19 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	}
 	var fileSearch responses.FileSearcher // a nil *vectorstores.Service must not become a non-nil interface
 	if opts.EmbeddingModel != "" {
-		if s.vectors, err = vectorstores.New(ctx, vectorstores.Options{DataDir: opts.DataDir, Files: s.files,
+		if s.vectors, err = vectorstores.New(ctx, vectorstores.Options{DataDir: opts.DataDir, Files: s.files, Store: vecStore,
 			Gateway: opts.Gateway, EmbeddingModel: opts.EmbeddingModel, Logger: log.With("service", "vectorstores")}); err != nil {
 			return nil, err
 		}
+		vecStore = nil // the service's now
 		fileSearch = s.vectors
 	}
-	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway,
+	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway, Store: respStore,
 		Search: opts.Search, FileSearch: fileSearch, CodeInterpreter: opts.CodeInterpreter,
 		Logger: log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
+	respStore = nil
 	mux := http.NewServeMux()
 	mux.Handle("/v1/files", s.files.Handler())
 	mux.Handle("/v1/files/", s.files.Handler())

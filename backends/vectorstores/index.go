@@ -45,6 +45,10 @@ func (s *Service) index(ctx context.Context, j Job) {
 	}
 	status, code, msg := StatusCompleted, "", ""
 	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			s.log.Warn("vectorstores: indexing stopped: another replica took the file over", "store", j.StoreID, "file", j.FileID)
+			return
+		}
 		if errors.Is(err, ErrDetached) {
 			s.log.Info("vectorstores: file detached while indexing", "store", j.StoreID, "file", j.FileID)
 			return

@@ -116,7 +116,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.DataDir, "data-dir", ".data", "directory of the files, batches and responses databases and file blobs")
 	fs.StringVar(&o.GatewayURL, "gateway-url", "", "the gateway's OpenAI base URL ending in /v1, which batch lines and responses are sent through (required)")
 	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA bundle verifying the gateway's certificate (default: the system roots)")
-	cfgPath := fs.String("config", "", "configuration file, for its tools and tiers sections (default: the embedded configuration)")
+	cfgPath := fs.String("config", "", "configuration file, for its tools, tiers and storage sections (default: the embedded configuration)")
 	fs.DurationVar(&o.BatchLease, "batch-lease", 30*time.Second, "how long this replica's claim on a running batch lasts unless renewed (renewed every third of it); another replica takes a dead one's batches over after it")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")

@@ -21,7 +21,9 @@ import (
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
 	"github.com/switchyard-ai/switchyard/backends/sandbox"
+	"github.com/switchyard-ai/switchyard/backends/vectorstores"
 	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/pgdb"
 	"github.com/switchyard-ai/switchyard/internal/tracing"
 )
 
@@ -138,6 +140,12 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
 		return nil, err
 	}
+	if bo.ResponsesStore, bo.VectorStore, err = fleetResponsesStores(ctx, opts.Storage, bo.EmbeddingModel != "", log); err != nil {
+		if bo.BatchStore != nil {
+			_ = bo.BatchStore.Close()
+		}
+		return nil, err
+	}
 	svc, err := backends.New(ctx, bo)
 	if err != nil {
 		if bo.BatchStore != nil {
@@ -192,4 +200,32 @@ func backendsRoute(r *http.Request) string {
 		return "/v1/" + parts[1]
 	}
 	return "other"
+}
+
+// fleetResponsesStores opens the Postgres stores of the responses and (with
+// vector stores on) the vector stores when storage.metadata.kind is
+// postgres; nil stores (SQLite under the data directory) otherwise. Each
+// store has its own pool, sized by storage.metadata.max_conns.
+func fleetResponsesStores(ctx context.Context, st config.Storage, vectors bool, log *slog.Logger) (responses.Store, vectorstores.Store, error) {
+	if st.Metadata.Kind != config.MetadataPostgres {
+		return nil, nil, nil
+	}
+	dsn := os.Getenv(st.Metadata.DSNEnv)
+	if dsn == "" {
+		return nil, nil, fmt.Errorf("gateway: backends: storage.metadata.dsn_env names %s, which is not set", st.Metadata.DSNEnv)
+	}
+	pool := pgdb.Pool{MaxConns: st.Metadata.MaxConns}
+	rs, err := responses.OpenPostgresStore(ctx, dsn, pool)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gateway: backends: %w", err)
+	}
+	if !vectors {
+		return rs, nil, nil
+	}
+	vs, err := vectorstores.OpenPostgresStore(ctx, dsn, vectorstores.PostgresOptions{Pool: pool, Logger: log.With("service", "vectorstores")})
+	if err != nil {
+		rs.Close()
+		return nil, nil, fmt.Errorf("gateway: backends: %w", err)
+	}
+	return rs, vs, nil
 }
