@@ -821,7 +821,9 @@ func (s *PostgresStore) ResetChunks(ctx context.Context, j Job, key []byte) erro
 	if err := bumpVersion(ctx, tx, j.StoreID); err != nil {
 		return err
 	}
-	if err := s.claim(ctx, tx, j, false, true); err != nil {
+	// Only a file still in progress: a job listed before its file was
+	// completed (by this replica or another) must not reset its chunks.
+	if err := s.claim(ctx, tx, j, true, true); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM vector_store_chunks WHERE store_id = $1 AND file_id = $2 AND gen = $3`,

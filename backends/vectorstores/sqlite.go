@@ -732,11 +732,23 @@ func (s *SQLiteStore) ResetChunks(ctx context.Context, j Job, key []byte) error 
 		return err
 	}
 	defer tx.Rollback()
+	// Only a file still in progress: a job listed before its file was
+	// completed must not reset its chunks.
+	res, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ? AND status = ?`,
+		j.StoreID, j.FileID, j.Gen, StatusInProgress)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return ErrDetached
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
 		j.StoreID, j.FileID, j.Gen); err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ?`,
+	res, err = tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ?`,
 		j.StoreID, j.FileID, j.Gen)
 	if err != nil {
 		return err

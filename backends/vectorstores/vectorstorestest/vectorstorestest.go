@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) vectorstores.Store) {
 		{"Indexing", testIndexing},
 		{"IndexingFailed", testIndexingFailed},
 		{"DetachedWhileIndexing", testDetachedWhileIndexing},
+		{"StaleJobAfterCompletion", testStaleJobAfterCompletion},
 		{"DeleteErases", testDeleteErases},
 		{"ConcurrentAttach", testConcurrentAttach},
 		{"ConcurrentChunkLimit", testConcurrentChunkLimit},
@@ -770,5 +771,23 @@ func testConcurrentChunkLimit(t *testing.T, h *h) {
 	// The check is atomic with the insert: at most 3 batches of 3 fit.
 	if in, _, err := h.s.ChunkCounts(ctx, "vs_1", "alice"); err != nil || in != 9 {
 		t.Errorf("chunks after concurrent inserts: %d, %v; want 9", in, err)
+	}
+}
+
+// testStaleJobAfterCompletion: a job listed while its file was in progress
+// and started after the file completed (the indexer's list is a snapshot)
+// must not reset the completed file's chunks.
+func testStaleJobAfterCompletion(t *testing.T, h *h) {
+	ctx := t.Context()
+	st := h.storeRow("alice", "vs_1", now)
+	f := h.fileRow("alice", "vs_1", "file-1", now)
+	h.create(st, f)
+	h.index(f, 3)
+	err := h.s.ResetChunks(ctx, jobOf(f), h.key(f))
+	if !errors.Is(err, vectorstores.ErrDetached) {
+		t.Errorf("ResetChunks of a completed file: %v, want ErrDetached", err)
+	}
+	if got := h.scan("vs_1"); len(got) != 3 {
+		t.Errorf("the completed file's chunks after a stale job: %v, want its 3", got)
 	}
 }
