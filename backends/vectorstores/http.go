@@ -327,7 +327,9 @@ type deletedObject struct {
 // parseAttributes reads a vector store file's attributes: metadata's limits
 // (package metadata), but values may also be numbers or booleans. nil when
 // absent.
-func parseAttributes(v gjson.Result) ([]byte, *apierror.Error) { return parseAttributesAt(v, "attributes") }
+func parseAttributes(v gjson.Result) ([]byte, *apierror.Error) {
+	return parseAttributesAt(v, "attributes")
+}
 
 // parseAttributesAt is parseAttributes of the field param.
 func parseAttributesAt(v gjson.Result, param string) ([]byte, *apierror.Error) {
