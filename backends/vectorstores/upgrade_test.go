@@ -28,7 +28,6 @@ func checkUpgraded(t *testing.T, s Store) {
 	}
 }
 
-
 // TestSQLiteUpgradeToBatches migrates a database of the schema before file
 // batches.
 func TestSQLiteUpgradeToBatches(t *testing.T) {
