@@ -38,8 +38,9 @@
 // its files', and cancelling it cancels those still in progress at once.
 //
 // What OpenAI offers and this gateway refuses with a 400 naming the
-// parameter: rewrite_query true and non-text files. An expired store is gone: 404, like an expired file, and
-// the sweeper deletes it (OpenAI shows status "expired" for a while).
+// parameter: rewrite_query true and non-text files. An expired store is
+// gone: 404, like an expired file, and the sweeper deletes it (OpenAI
+// shows status "expired" for a while).
 package vectorstores
 
 import (
