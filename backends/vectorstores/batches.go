@@ -1,6 +1,7 @@
 package vectorstores
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -144,6 +145,14 @@ func (s *Service) serveCreateBatch(w http.ResponseWriter, r *http.Request, owner
 		rows = append(rows, newFile(id, owner, f.ID, f.Filename, bf.tokens, bf.overlap, bf.attrs, now))
 	}
 	b, err := s.createBatch(r.Context(), BatchRow{ID: newIDWith(batchIDPrefix), StoreID: id, Owner: owner, CreatedAt: now}, rows)
+	if errors.Is(err, ErrStoreFull) {
+		param := "file_ids"
+		if present(root.Get("files")) {
+			param = "files"
+		}
+		apierror.InvalidParam(param, "A vector store may hold at most %d files.", MaxFilesPerStore).Write(w)
+		return
+	}
 	if err != nil {
 		s.apiError(err).Write(w)
 		return
