@@ -312,6 +312,96 @@ func TestFileSearchThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestFileBatchesThroughTheGateway: the official SDK's file batch helpers
+// (UploadAndPoll, as OpenAI's file_search quickstart uses, and the batch
+// file list) against the gateway; the files are then searched.
+func TestFileBatchesThroughTheGateway(t *testing.T) {
+	s := newResponsesStack(t)
+	ctx := context.Background()
+	c := s.client()
+	vs, err := c.VectorStores.New(ctx, openai.VectorStoreNewParams{Name: openai.String("handbook")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{
+		"depot.md":   "# Depot\n\nThe depot opens at seven and closes at midnight.\n",
+		"fares.txt":  "Fares: a single ticket costs two euros; children travel free.\n",
+		"routes.csv": "route,terminus\n1,harbour\n2,airport\n",
+	}
+	var uploads []openai.FileNewParams
+	for name, text := range docs {
+		uploads = append(uploads, openai.FileNewParams{
+			File:    openai.File(strings.NewReader(text), name, "text/plain"),
+			Purpose: openai.FilePurposeAssistants,
+		})
+	}
+	batch, err := c.VectorStores.FileBatches.UploadAndPoll(ctx, vs.ID, uploads, nil, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batch.Status != openai.VectorStoreFileBatchStatusCompleted || batch.VectorStoreID != vs.ID ||
+		batch.FileCounts.Completed != 3 || batch.FileCounts.Total != 3 || batch.FileCounts.Failed != 0 {
+		t.Fatalf("batch %+v", batch)
+	}
+	files, err := c.VectorStores.FileBatches.ListFiles(ctx, vs.ID, batch.ID, openai.VectorStoreFileBatchListFilesParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files.Data) != 3 {
+		t.Fatalf("batch files %+v", files.Data)
+	}
+	names := map[string]string{}
+	for _, f := range files.Data {
+		if f.Status != openai.VectorStoreFileStatusCompleted {
+			t.Errorf("file %s %s", f.ID, f.Status)
+		}
+		info, err := c.Files.Get(ctx, f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[info.Filename] = f.ID
+	}
+	page, err := c.VectorStores.Search(ctx, vs.ID, openai.VectorStoreSearchParams{
+		Query: openai.VectorStoreSearchParamsQueryUnion{OfString: openai.String("single ticket fares")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Data) == 0 || page.Data[0].FileID != names["fares.txt"] || !strings.Contains(page.Data[0].Content[0].Text, "two euros") {
+		t.Fatalf("search: %+v", page.Data)
+	}
+
+	// NewAndPoll with per-file attributes on files already uploaded.
+	extra, err := c.Files.New(ctx, openai.FileNewParams{
+		File:    openai.File(strings.NewReader("Lost property is kept at the depot for a month.\n"), "lost.txt", "text/plain"),
+		Purpose: openai.FilePurposeAssistants,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := c.VectorStores.FileBatches.NewAndPoll(ctx, vs.ID, openai.VectorStoreFileBatchNewParams{
+		Files: []openai.VectorStoreFileBatchNewParamsFile{{FileID: extra.ID,
+			Attributes: map[string]openai.VectorStoreFileBatchNewParamsFileAttributeUnion{"desk": {OfString: openai.String("lost")}}}},
+	}, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2.Status != openai.VectorStoreFileBatchStatusCompleted || b2.FileCounts.Completed != 1 {
+		t.Fatalf("second batch %+v", b2)
+	}
+	got, err := c.VectorStores.Files.Get(ctx, vs.ID, extra.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Attributes["desk"].OfString != "lost" {
+		t.Errorf("attributes %+v", got.Attributes)
+	}
+
+	// Another owner cannot read the batch.
+	other := s.client(option.WithAPIKey(s.otherKey(t, "enterprise")))
+	_, err = other.VectorStores.FileBatches.Get(ctx, vs.ID, batch.ID)
+	apiError(t, err, 404, "not_found")
+}
+
 // TestCodeInterpreterThroughTheGateway: the fake model asks to run "sample"
 // (its placeholder argument); the sandbox runs it and the NameError comes
 // back to the model. Where the host cannot isolate code (not root), the tool

@@ -82,7 +82,7 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	case len(parts) == 2 && parts[1] == "files":
 		switch r.Method {
 		case http.MethodGet:
-			s.serveListFiles(w, r, owner, parts[0])
+			s.serveListFiles(w, r, owner, parts[0], "")
 		case http.MethodPost:
 			s.serveAttach(w, r, owner, parts[0])
 		default:
@@ -99,6 +99,32 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 			methodNotAllowed(w, r, "GET, POST, DELETE")
 		}
+	case len(parts) == 2 && parts[1] == "file_batches":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, r, "POST")
+			return
+		}
+		s.serveCreateBatch(w, r, owner, parts[0])
+	case len(parts) >= 3 && parts[1] == "file_batches" && parts[2] == "":
+		apierror.NotFound(r.URL.Path).Write(w)
+	case len(parts) == 3 && parts[1] == "file_batches":
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, r, "GET")
+			return
+		}
+		s.serveGetBatch(w, r, owner, parts[0], parts[2])
+	case len(parts) == 4 && parts[1] == "file_batches" && parts[3] == "cancel":
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, r, "POST")
+			return
+		}
+		s.serveCancelBatch(w, r, owner, parts[0], parts[2])
+	case len(parts) == 4 && parts[1] == "file_batches" && parts[3] == "files":
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, r, "GET")
+			return
+		}
+		s.serveListFiles(w, r, owner, parts[0], parts[2])
 	default:
 		apierror.NotFound(r.URL.Path).Write(w)
 	}
@@ -117,6 +143,7 @@ func (s *Service) apiError(err error) *apierror.Error {
 		ae  *apierror.Error
 		nf  *NotFoundError
 		fnf *FileNotFoundError
+		bnf *BatchNotFoundError
 		cur *InvalidCursorError
 		ee  *embedError
 	)
@@ -129,6 +156,12 @@ func (s *Service) apiError(err error) *apierror.Error {
 	case errors.As(err, &fnf):
 		return &apierror.Error{Status: http.StatusNotFound, Code: "not_found", Param: "file_id",
 			Message: fmt.Sprintf("No file found with id '%s' in the vector store.", fnf.ID)}
+	case errors.As(err, &bnf):
+		return &apierror.Error{Status: http.StatusNotFound, Code: "not_found", Param: "batch_id",
+			Message: fmt.Sprintf("No file batch found with id '%s' in the vector store.", bnf.ID)}
+	case errors.Is(err, ErrBatchDone):
+		return &apierror.Error{Status: http.StatusConflict, Code: "invalid_batch_status",
+			Message: "Cannot cancel a file batch that is completed: none of its files is in progress."}
 	case errors.As(err, &cur):
 		return apierror.InvalidParam(cur.Param, "No item with id '%s' in this list.", cur.ID)
 	case errors.Is(err, ErrStoreFull):
@@ -295,11 +328,16 @@ type deletedObject struct {
 // (package metadata), but values may also be numbers or booleans. nil when
 // absent.
 func parseAttributes(v gjson.Result) ([]byte, *apierror.Error) {
+	return parseAttributesAt(v, "attributes")
+}
+
+// parseAttributesAt is parseAttributes of the field param.
+func parseAttributesAt(v gjson.Result, param string) ([]byte, *apierror.Error) {
 	if !present(v) {
 		return nil, nil
 	}
 	if !v.IsObject() {
-		return nil, typeError("attributes", "an object")
+		return nil, typeError(param, "an object")
 	}
 	n := 0
 	var aerr *apierror.Error
@@ -307,13 +345,13 @@ func parseAttributes(v gjson.Result) ([]byte, *apierror.Error) {
 		n++
 		switch {
 		case n > metadata.MaxPairs:
-			aerr = apierror.InvalidParam("attributes", "Invalid 'attributes': at most %d pairs.", metadata.MaxPairs)
+			aerr = apierror.InvalidParam(param, "Invalid '%s': at most %d pairs.", param, metadata.MaxPairs)
 		case utf8.RuneCountInString(k.Str) > metadata.MaxKeyLen:
-			aerr = apierror.InvalidParam("attributes", "Invalid 'attributes': keys are at most %d characters.", metadata.MaxKeyLen)
+			aerr = apierror.InvalidParam(param, "Invalid '%s': keys are at most %d characters.", param, metadata.MaxKeyLen)
 		case val.Type == gjson.String && utf8.RuneCountInString(val.Str) > metadata.MaxValueLen:
-			aerr = apierror.InvalidParam("attributes."+k.Str, "Invalid 'attributes': values are at most %d characters.", metadata.MaxValueLen)
+			aerr = apierror.InvalidParam(param+"."+k.Str, "Invalid '%s': values are at most %d characters.", param, metadata.MaxValueLen)
 		case val.Type != gjson.String && val.Type != gjson.Number && !val.IsBool():
-			aerr = typeError("attributes."+k.Str, "a string, a number or a boolean")
+			aerr = typeError(param+"."+k.Str, "a string, a number or a boolean")
 		}
 		return aerr == nil
 	})
@@ -325,7 +363,11 @@ func parseAttributes(v gjson.Result) ([]byte, *apierror.Error) {
 
 // parseChunking reads chunking_strategy: auto (absent) or static.
 func parseChunking(v gjson.Result) (tokens, overlap int, aerr *apierror.Error) {
-	const param = "chunking_strategy"
+	return parseChunkingAt(v, "chunking_strategy")
+}
+
+// parseChunkingAt is parseChunking of the field param.
+func parseChunkingAt(v gjson.Result, param string) (tokens, overlap int, aerr *apierror.Error) {
 	if !present(v) {
 		return AutoChunkTokens, AutoOverlapTokens, nil
 	}
@@ -656,12 +698,15 @@ func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request, owner, id 
 	writeJSON(w, toFileObject(rows[0]))
 }
 
-func (s *Service) serveListFiles(w http.ResponseWriter, r *http.Request, owner, id string) {
+// serveListFiles lists the files of store id, or with batchID of that
+// file batch only.
+func (s *Service) serveListFiles(w http.ResponseWriter, r *http.Request, owner, id, batchID string) {
 	lq, aerr := parseList(r)
 	if aerr != nil {
 		aerr.Write(w)
 		return
 	}
+	lq.BatchID = batchID
 	switch f := r.URL.Query().Get("filter"); f {
 	case "", StatusInProgress, StatusCompleted, StatusFailed, StatusCancelled:
 		lq.Status = f

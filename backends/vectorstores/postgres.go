@@ -84,6 +84,19 @@ var PostgresMigrations = []string{
 		vector   bytea NOT NULL   -- the embedding, little-endian float32s
 	);
 	CREATE INDEX vector_store_chunks_file ON vector_store_chunks (store_id, file_id, gen);`,
+	// 2: file batches. A batch's files carry its id (batch_id, NULL for
+	// files attached otherwise); its status and counts are its files'.
+	// cancelled_at is set when a cancel cancelled its files in progress.
+	`CREATE TABLE vector_store_file_batches (
+		id           text PRIMARY KEY,
+		store_id     text NOT NULL,
+		owner        text NOT NULL,
+		created_at   bigint NOT NULL,
+		cancelled_at bigint
+	);
+	CREATE INDEX vector_store_file_batches_store ON vector_store_file_batches (store_id);
+	ALTER TABLE vector_store_files ADD COLUMN batch_id text;
+	CREATE INDEX vector_store_files_batch ON vector_store_files (batch_id, created_at, file_id) WHERE batch_id IS NOT NULL;`,
 }
 
 // ErrLeaseLost is indexing work another replica claimed after this one's
@@ -301,7 +314,7 @@ func (s *PostgresStore) setActive(j Job, on bool) {
 // accepts.
 const (
 	pgStoreColumns = `id, owner, name, description, metadata, created_at, last_active_at, expires_days, expires_at`
-	pgFileColumns  = `store_id, file_id, owner, filename, gen, status, error_code, error_message, chunk_tokens, overlap, usage_bytes, attributes, created_at`
+	pgFileColumns  = `store_id, file_id, owner, filename, gen, status, error_code, error_message, chunk_tokens, overlap, usage_bytes, attributes, created_at, batch_id`
 	pgLiveStore    = `id = $1 AND owner = $2 AND (expires_at IS NULL OR expires_at > $3)`
 )
 
@@ -358,9 +371,9 @@ func (s *PostgresStore) CreateStore(ctx context.Context, st StoreRow, fs []FileR
 }
 
 func pgInsertFile(ctx context.Context, tx pgx.Tx, f FileRow) error {
-	_, err := tx.Exec(ctx, `INSERT INTO vector_store_files (`+pgFileColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+	_, err := tx.Exec(ctx, `INSERT INTO vector_store_files (`+pgFileColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		f.StoreID, f.FileID, f.Owner, f.Filename, f.Gen, f.Status, nullString(f.ErrCode), nullString(f.ErrMessage),
-		f.ChunkTokens, f.Overlap, f.UsageBytes, nullBytes(f.Attributes), f.CreatedAt.UnixNano())
+		f.ChunkTokens, f.Overlap, f.UsageBytes, nullBytes(f.Attributes), f.CreatedAt.UnixNano(), nullString(f.BatchID))
 	return err
 }
 
@@ -411,6 +424,9 @@ func (s *PostgresStore) DeleteStore(ctx context.Context, owner, id string, now t
 		return &NotFoundError{ID: id}
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM vector_store_files WHERE store_id = $1`, id); err != nil {
+		return fmt.Errorf("vectorstores: delete %s: %w", id, err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM vector_store_file_batches WHERE store_id = $1`, id); err != nil {
 		return fmt.Errorf("vectorstores: delete %s: %w", id, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -498,10 +514,23 @@ func (s *PostgresStore) ListStores(ctx context.Context, owner string, now time.T
 
 // Counts is Store.Counts.
 func (s *PostgresStore) Counts(ctx context.Context, id string) (Counts, error) {
-	rows, err := s.pool.Query(ctx,
-		`SELECT status, count(*), coalesce(sum(usage_bytes), 0)::bigint FROM vector_store_files WHERE store_id = $1 GROUP BY status`, id)
+	c, err := pgCountFiles(ctx, s.pool, `store_id = $1`, id)
 	if err != nil {
 		return Counts{}, fmt.Errorf("vectorstores: count files of %s: %w", id, err)
+	}
+	return c, nil
+}
+
+type pgRowsQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// pgCountFiles counts the files where where holds, by status.
+func pgCountFiles(ctx context.Context, q pgRowsQuerier, where string, args ...any) (Counts, error) {
+	rows, err := q.Query(ctx,
+		`SELECT status, count(*), coalesce(sum(usage_bytes), 0)::bigint FROM vector_store_files WHERE `+where+` GROUP BY status`, args...)
+	if err != nil {
+		return Counts{}, err
 	}
 	defer rows.Close()
 	var c Counts
@@ -511,25 +540,11 @@ func (s *PostgresStore) Counts(ctx context.Context, id string) (Counts, error) {
 			n, b   int64
 		)
 		if err := rows.Scan(&status, &n, &b); err != nil {
-			return Counts{}, fmt.Errorf("vectorstores: count files of %s: %w", id, err)
+			return Counts{}, err
 		}
-		switch status {
-		case StatusInProgress:
-			c.InProgress = n
-		case StatusCompleted:
-			c.Completed = n
-		case StatusFailed:
-			c.Failed = n
-		case StatusCancelled:
-			c.Cancelled = n
-		}
-		c.Total += n
-		c.UsageBytes += b
+		c.add(status, n, b)
 	}
-	if err := rows.Err(); err != nil {
-		return Counts{}, fmt.Errorf("vectorstores: count files of %s: %w", id, err)
-	}
-	return c, nil
+	return c, rows.Err()
 }
 
 // Touch is Store.Touch.
@@ -667,12 +682,21 @@ func (s *PostgresStore) ListFiles(ctx context.Context, owner, id string, now tim
 	if _, err := pgGetStore(ctx, s.pool, owner, id, now, false); err != nil {
 		return nil, false, err
 	}
+	// scope is the files listed: the store's, or one batch's.
+	scope, args := `store_id = $1`, []any{id}
+	if q.BatchID != "" {
+		if _, err := pgGetBatch(ctx, s.pool, id, q.BatchID); err != nil {
+			return nil, false, err
+		}
+		scope, args = `store_id = $1 AND batch_id = $2`, []any{id, q.BatchID}
+	}
 	pos := func(param, fileID string) (*cursorPos, error) {
 		if fileID == "" {
 			return nil, nil
 		}
 		var created int64
-		err := s.pool.QueryRow(ctx, `SELECT created_at FROM vector_store_files WHERE store_id = $1 AND file_id = $2`, id, fileID).Scan(&created)
+		err := s.pool.QueryRow(ctx, `SELECT created_at FROM vector_store_files WHERE `+scope+` AND file_id = $`+strconv.Itoa(len(args)+1),
+			append(slices.Clone(args), fileID)...).Scan(&created)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, &InvalidCursorError{Param: param, ID: fileID}
 		}
@@ -689,15 +713,14 @@ func (s *PostgresStore) ListFiles(ctx context.Context, owner, id string, now tim
 	if err != nil {
 		return nil, false, err
 	}
-	args := []any{id}
 	status := ""
 	if q.Status != "" {
 		args = append(args, q.Status)
-		status = ` AND status = $2`
+		status = ` AND status = $` + strconv.Itoa(len(args))
 	}
 	where, args, order, reversed := pgKeyset(q, "file_id", after, before, args)
 	args = append(args, q.Limit+1)
-	rows, err := s.pool.Query(ctx, `SELECT `+pgFileColumns+` FROM vector_store_files WHERE store_id = $1`+status+where+order+
+	rows, err := s.pool.Query(ctx, `SELECT `+pgFileColumns+` FROM vector_store_files WHERE `+scope+status+where+order+
 		` LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
@@ -822,7 +845,7 @@ func (s *PostgresStore) ResetChunks(ctx context.Context, j Job, key []byte) erro
 		return err
 	}
 	// Only a file still in progress: a job listed before its file was
-	// completed (by this replica or another) must not reset its chunks.
+	// completed or cancelled must not reset its chunks or get a key back.
 	if err := s.claim(ctx, tx, j, true, true); err != nil {
 		return err
 	}
@@ -1099,6 +1122,9 @@ func (s *PostgresStore) SweepStores(ctx context.Context, now time.Time) (int, er
 				if _, err := tx.Exec(ctx, `DELETE FROM vector_store_files WHERE store_id = ANY($1)`, ids); err != nil {
 					return 0, err
 				}
+				if _, err := tx.Exec(ctx, `DELETE FROM vector_store_file_batches WHERE store_id = ANY($1)`, ids); err != nil {
+					return 0, err
+				}
 				if err := tx.Commit(ctx); err != nil {
 					return 0, err
 				}
@@ -1135,4 +1161,148 @@ func (s *PostgresStore) SweepChunks(ctx context.Context) (int, error) {
 			}
 		}
 	})
+}
+
+const pgBatchColumns = `id, store_id, owner, created_at, cancelled_at`
+
+// pgGetBatch reads batch batchID of store id (without its counts), or a
+// *BatchNotFoundError.
+func pgGetBatch(ctx context.Context, q pgQuerier, id, batchID string) (BatchRow, error) {
+	var (
+		b         BatchRow
+		created   int64
+		cancelled *int64
+	)
+	err := q.QueryRow(ctx, `SELECT `+pgBatchColumns+` FROM vector_store_file_batches WHERE id = $1 AND store_id = $2`, batchID, id).
+		Scan(&b.ID, &b.StoreID, &b.Owner, &created, &cancelled)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return BatchRow{}, &BatchNotFoundError{ID: batchID}
+	}
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: get file batch %s of %s: %w", batchID, id, err)
+	}
+	b.CreatedAt = fromNanos(created)
+	if cancelled != nil {
+		b.CancelledAt = fromNanos(*cancelled)
+	}
+	return b, nil
+}
+
+// pgBatchWithCounts is pgGetBatch and its files' counts.
+func pgBatchWithCounts(ctx context.Context, q interface {
+	pgQuerier
+	pgRowsQuerier
+}, id, batchID string) (BatchRow, error) {
+	b, err := pgGetBatch(ctx, q, id, batchID)
+	if err != nil {
+		return BatchRow{}, err
+	}
+	if b.Counts, err = pgCountFiles(ctx, q, `store_id = $1 AND batch_id = $2`, id, batchID); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: count files of batch %s: %w", batchID, err)
+	}
+	return b, nil
+}
+
+// CreateBatch is Store.CreateBatch: one transaction holding the store's
+// row, so concurrent attaches count its files one after the other.
+func (s *PostgresStore) CreateBatch(ctx context.Context, b BatchRow, now time.Time, fs []FileRow) (BatchRow, error) {
+	id := b.StoreID
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	defer rollback(ctx, tx)
+	if _, err := pgGetStore(ctx, tx, b.Owner, id, now, true); err != nil {
+		return BatchRow{}, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO vector_store_file_batches (`+pgBatchColumns+`) VALUES ($1, $2, $3, $4, NULL)`,
+		b.ID, id, b.Owner, b.CreatedAt.UnixNano()); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM vector_store_files WHERE store_id = $1`, id).Scan(&n); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	for _, f := range fs {
+		// A file already attached joins the batch as it is.
+		tag, err := tx.Exec(ctx, `UPDATE vector_store_files SET batch_id = $1 WHERE store_id = $2 AND file_id = $3`, b.ID, id, f.FileID)
+		if err != nil {
+			return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+		}
+		if tag.RowsAffected() > 0 {
+			continue
+		}
+		if n >= MaxFilesPerStore {
+			return BatchRow{}, ErrStoreFull
+		}
+		f.BatchID = b.ID
+		if err := pgInsertFile(ctx, tx, f); err != nil {
+			return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+		}
+		n++
+	}
+	out, err := pgBatchWithCounts(ctx, tx, id, b.ID)
+	if err != nil {
+		return BatchRow{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// GetBatch is Store.GetBatch: one snapshot.
+func (s *PostgresStore) GetBatch(ctx context.Context, owner, id, batchID string, now time.Time) (BatchRow, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: get file batch %s: %w", batchID, err)
+	}
+	defer rollback(ctx, tx)
+	if _, err := pgGetStore(ctx, tx, owner, id, now, false); err != nil {
+		return BatchRow{}, err
+	}
+	return pgBatchWithCounts(ctx, tx, id, batchID)
+}
+
+// CancelBatch is Store.CancelBatch: one transaction, the store's row locked
+// first (as every writer of its files does). An indexer of a cancelled
+// file finds it no longer in progress at its next write and stops.
+func (s *PostgresStore) CancelBatch(ctx context.Context, owner, id, batchID string, now time.Time) (BatchRow, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	defer rollback(ctx, tx)
+	if _, err := pgGetStore(ctx, tx, owner, id, now, true); err != nil {
+		return BatchRow{}, err
+	}
+	b, err := pgBatchWithCounts(ctx, tx, id, batchID)
+	if err != nil {
+		return BatchRow{}, err
+	}
+	switch b.Status() {
+	case StatusCancelled:
+		return b, nil
+	case StatusCompleted:
+		return BatchRow{}, ErrBatchDone
+	}
+	// A cancelled file keeps no chunks and no key, as a failed one.
+	if _, err := tx.Exec(ctx, `WITH c AS (
+			UPDATE vector_store_files SET status = $4, chunks = 0, usage_bytes = 0, kek_id = NULL, data_key = NULL,
+				claimed_by = NULL, lease_until = NULL
+			WHERE store_id = $1 AND batch_id = $2 AND status = $3 RETURNING file_id, gen)
+		DELETE FROM vector_store_chunks k USING c WHERE k.store_id = $1 AND k.file_id = c.file_id AND k.gen = c.gen`,
+		id, batchID, StatusInProgress, StatusCancelled); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE vector_store_file_batches SET cancelled_at = $1 WHERE id = $2`, now.UnixNano(), batchID); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	if b, err = pgBatchWithCounts(ctx, tx, id, batchID); err != nil {
+		return BatchRow{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	return b, nil
 }

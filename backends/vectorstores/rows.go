@@ -61,6 +61,27 @@ func (s *Service) attachFiles(ctx context.Context, owner, id string, fs []FileRo
 	return out, nil
 }
 
+// createBatch records batch b of owner's store with its files and wakes
+// the indexer.
+func (s *Service) createBatch(ctx context.Context, b BatchRow, fs []FileRow) (BatchRow, error) {
+	out, err := s.store.CreateBatch(ctx, b, s.now(), fs)
+	if err != nil {
+		return BatchRow{}, err
+	}
+	s.poke()
+	return out, nil
+}
+
+func (s *Service) getBatch(ctx context.Context, owner, id, batchID string) (BatchRow, error) {
+	return s.store.GetBatch(ctx, owner, id, batchID, s.now())
+}
+
+// cancelBatch cancels the batch's files in progress; their indexers find
+// them cancelled at their next write and stop.
+func (s *Service) cancelBatch(ctx context.Context, owner, id, batchID string) (BatchRow, error) {
+	return s.store.CancelBatch(ctx, owner, id, batchID, s.now())
+}
+
 func (s *Service) getFile(ctx context.Context, owner, id, fileID string) (FileRow, error) {
 	return s.store.GetFile(ctx, owner, id, fileID, s.now())
 }

@@ -129,6 +129,19 @@ var migrations = []string{
 	CREATE INDEX chunks_unsealed ON chunks (id) WHERE sealed_text IS NULL;`,
 	// 4: the wrapped data keys.
 	envelope.KeysMigration,
+	// 5: file batches. A batch's files carry its id (batch_id, NULL for
+	// files attached otherwise); its status and counts are its files'.
+	// cancelled_at is set when a cancel cancelled its files in progress.
+	`CREATE TABLE file_batches (
+		id           TEXT PRIMARY KEY,
+		store_id     TEXT NOT NULL,
+		owner        TEXT NOT NULL,
+		created_at   INTEGER NOT NULL,
+		cancelled_at INTEGER
+	) STRICT;
+	CREATE INDEX file_batches_store ON file_batches (store_id);
+	ALTER TABLE store_files ADD COLUMN batch_id TEXT;
+	CREATE INDEX store_files_batch ON store_files (batch_id, created_at, file_id) WHERE batch_id IS NOT NULL;`,
 }
 
 // erase checkpoints deleted keys and chunks out of the WAL
@@ -190,20 +203,21 @@ func scanStore(row scanner) (StoreRow, error) {
 	return st, nil
 }
 
-const fileColumns = `store_id, file_id, owner, filename, gen, status, error_code, error_message, chunk_tokens, overlap, usage_bytes, attributes, created_at`
+const fileColumns = `store_id, file_id, owner, filename, gen, status, error_code, error_message, chunk_tokens, overlap, usage_bytes, attributes, created_at, batch_id`
 
 func scanFile(row scanner) (FileRow, error) {
 	var (
 		f             FileRow
 		code, msg     sql.NullString
-		attrs         sql.NullString
+		attrs, batch  sql.NullString
 		created       int64
 		chunk, overlp int64
 	)
 	if err := row.Scan(&f.StoreID, &f.FileID, &f.Owner, &f.Filename, &f.Gen, &f.Status, &code, &msg,
-		&chunk, &overlp, &f.UsageBytes, &attrs, &created); err != nil {
+		&chunk, &overlp, &f.UsageBytes, &attrs, &created, &batch); err != nil {
 		return FileRow{}, err
 	}
+	f.BatchID = batch.String
 	f.ErrCode, f.ErrMessage = code.String, msg.String
 	f.ChunkTokens, f.Overlap = int(chunk), int(overlp)
 	if attrs.Valid {
@@ -240,10 +254,23 @@ func (s *SQLiteStore) GetStore(ctx context.Context, owner, id string, now time.T
 
 // Counts is Store.Counts.
 func (s *SQLiteStore) Counts(ctx context.Context, id string) (Counts, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT status, COUNT(*), COALESCE(SUM(usage_bytes), 0) FROM store_files WHERE store_id = ? GROUP BY status`, id)
+	c, err := countFiles(ctx, s.db, `store_id = ?`, id)
 	if err != nil {
 		return Counts{}, fmt.Errorf("vectorstores: count files of %s: %w", id, err)
+	}
+	return c, nil
+}
+
+type querier interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}
+
+// countFiles counts the files where where holds, by status.
+func countFiles(ctx context.Context, q querier, where string, args ...any) (Counts, error) {
+	rows, err := q.QueryContext(ctx,
+		`SELECT status, COUNT(*), COALESCE(SUM(usage_bytes), 0) FROM store_files WHERE `+where+` GROUP BY status`, args...)
+	if err != nil {
+		return Counts{}, err
 	}
 	defer rows.Close()
 	var c Counts
@@ -253,31 +280,17 @@ func (s *SQLiteStore) Counts(ctx context.Context, id string) (Counts, error) {
 			n, b   int64
 		)
 		if err := rows.Scan(&status, &n, &b); err != nil {
-			return Counts{}, fmt.Errorf("vectorstores: count files of %s: %w", id, err)
+			return Counts{}, err
 		}
-		switch status {
-		case StatusInProgress:
-			c.InProgress = n
-		case StatusCompleted:
-			c.Completed = n
-		case StatusFailed:
-			c.Failed = n
-		case StatusCancelled:
-			c.Cancelled = n
-		}
-		c.Total += n
-		c.UsageBytes += b
+		c.add(status, n, b)
 	}
-	if err := rows.Err(); err != nil {
-		return Counts{}, fmt.Errorf("vectorstores: count files of %s: %w", id, err)
-	}
-	return c, nil
+	return c, rows.Err()
 }
 
 func insertFile(ctx context.Context, tx *sql.Tx, f FileRow) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO store_files (`+fileColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := tx.ExecContext(ctx, `INSERT INTO store_files (`+fileColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		f.StoreID, f.FileID, f.Owner, f.Filename, f.Gen, f.Status, nullString(f.ErrCode), nullString(f.ErrMessage),
-		f.ChunkTokens, f.Overlap, f.UsageBytes, nullBytes(f.Attributes), f.CreatedAt.UnixNano())
+		f.ChunkTokens, f.Overlap, f.UsageBytes, nullBytes(f.Attributes), f.CreatedAt.UnixNano(), nullString(f.BatchID))
 	return err
 }
 
@@ -359,6 +372,9 @@ func (s *SQLiteStore) DeleteStore(ctx context.Context, owner, id string, now tim
 		return &NotFoundError{ID: id}
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM store_files WHERE store_id = ?`, id); err != nil {
+		return fmt.Errorf("vectorstores: delete %s: %w", id, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM file_batches WHERE store_id = ?`, id); err != nil {
 		return fmt.Errorf("vectorstores: delete %s: %w", id, err)
 	}
 	if err := envelope.DeletePrefix(ctx, tx, storeKeyPrefix(id)); err != nil {
@@ -557,12 +573,21 @@ func (s *SQLiteStore) ListFiles(ctx context.Context, owner, id string, now time.
 	if _, err := getStore(ctx, s.db, owner, id, now); err != nil {
 		return nil, false, err
 	}
+	// scope is the files listed: the store's, or one batch's.
+	scope, scopeArgs := `store_id = ?`, []any{id}
+	if q.BatchID != "" {
+		if _, err := getBatch(ctx, s.db, id, q.BatchID); err != nil {
+			return nil, false, err
+		}
+		scope, scopeArgs = `store_id = ? AND batch_id = ?`, []any{id, q.BatchID}
+	}
 	pos := func(param, fileID string) (*cursorPos, error) {
 		if fileID == "" {
 			return nil, nil
 		}
 		var created int64
-		err := s.db.QueryRowContext(ctx, `SELECT created_at FROM store_files WHERE store_id = ? AND file_id = ?`, id, fileID).Scan(&created)
+		err := s.db.QueryRowContext(ctx, `SELECT created_at FROM store_files WHERE `+scope+` AND file_id = ?`,
+			append(slices.Clone(scopeArgs), fileID)...).Scan(&created)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, &InvalidCursorError{Param: param, ID: fileID}
 		}
@@ -580,14 +605,14 @@ func (s *SQLiteStore) ListFiles(ctx context.Context, owner, id string, now time.
 		return nil, false, err
 	}
 	where, kargs, order, reversed := keyset(q, "file_id", after, before)
-	args := []any{id}
+	args := slices.Clone(scopeArgs)
 	if q.Status != "" {
 		where = ` AND status = ?` + where
 		args = append(args, q.Status)
 	}
 	args = append(args, kargs...)
 	args = append(args, q.Limit+1)
-	rows, err := s.db.QueryContext(ctx, `SELECT `+fileColumns+` FROM store_files WHERE store_id = ?`+where+order+` LIMIT ?`, args...)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+fileColumns+` FROM store_files WHERE `+scope+where+order+` LIMIT ?`, args...)
 	if err != nil {
 		return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
 	}
@@ -733,7 +758,8 @@ func (s *SQLiteStore) ResetChunks(ctx context.Context, j Job, key []byte) error 
 	}
 	defer tx.Rollback()
 	// Only a file still in progress: a job listed before its file was
-	// completed must not reset its chunks.
+	// completed, or a file cancelled since, must not reset its chunks or
+	// get a key back.
 	res, err := tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ? AND status = ?`,
 		j.StoreID, j.FileID, j.Gen, StatusInProgress)
 	if err != nil {
@@ -747,16 +773,6 @@ func (s *SQLiteStore) ResetChunks(ctx context.Context, j Job, key []byte) error 
 	if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`,
 		j.StoreID, j.FileID, j.Gen); err != nil {
 		return err
-	}
-	res, err = tx.ExecContext(ctx, `UPDATE store_files SET chunks = 0 WHERE store_id = ? AND file_id = ? AND gen = ?`,
-		j.StoreID, j.FileID, j.Gen)
-	if err != nil {
-		return err
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return err
-	} else if n == 0 {
-		return ErrDetached
 	}
 	kid := chunkKeyID(j.StoreID, j.FileID, j.Gen)
 	if err := envelope.Delete(ctx, tx, kid); err != nil {
@@ -898,6 +914,10 @@ func (s *SQLiteStore) SweepStores(ctx context.Context, now time.Time) (int, erro
 				tx.Rollback()
 				return total, err
 			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM file_batches WHERE store_id = ?`, id); err != nil {
+				tx.Rollback()
+				return total, err
+			}
 			if err := envelope.DeletePrefix(ctx, tx, storeKeyPrefix(id)); err != nil {
 				tx.Rollback()
 				return total, err
@@ -1031,4 +1051,168 @@ func (s *SQLiteStore) sealSome(ctx context.Context, keys map[string]*envelope.Da
 		keys[k] = v
 	}
 	return len(todo), nil
+}
+
+const batchColumns = `id, store_id, owner, created_at, cancelled_at`
+
+// getBatch reads batch batchID of store id (without its counts), or a
+// *BatchNotFoundError.
+func getBatch(ctx context.Context, q rowQuerier, id, batchID string) (BatchRow, error) {
+	var (
+		b         BatchRow
+		created   int64
+		cancelled sql.NullInt64
+	)
+	err := q.QueryRowContext(ctx, `SELECT `+batchColumns+` FROM file_batches WHERE id = ? AND store_id = ?`, batchID, id).
+		Scan(&b.ID, &b.StoreID, &b.Owner, &created, &cancelled)
+	if errors.Is(err, sql.ErrNoRows) {
+		return BatchRow{}, &BatchNotFoundError{ID: batchID}
+	}
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: get file batch %s of %s: %w", batchID, id, err)
+	}
+	b.CreatedAt = fromNanos(created)
+	if cancelled.Valid {
+		b.CancelledAt = fromNanos(cancelled.Int64)
+	}
+	return b, nil
+}
+
+// batchWithCounts is getBatch and its files' counts.
+func batchWithCounts(ctx context.Context, q interface {
+	rowQuerier
+	querier
+}, id, batchID string) (BatchRow, error) {
+	b, err := getBatch(ctx, q, id, batchID)
+	if err != nil {
+		return BatchRow{}, err
+	}
+	if b.Counts, err = countFiles(ctx, q, `store_id = ? AND batch_id = ?`, id, batchID); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: count files of batch %s: %w", batchID, err)
+	}
+	return b, nil
+}
+
+// CreateBatch is Store.CreateBatch: one transaction.
+func (s *SQLiteStore) CreateBatch(ctx context.Context, b BatchRow, now time.Time, fs []FileRow) (BatchRow, error) {
+	id := b.StoreID
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	defer tx.Rollback()
+	if _, err := getStore(ctx, tx, b.Owner, id, now); err != nil {
+		return BatchRow{}, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO file_batches (`+batchColumns+`) VALUES (?, ?, ?, ?, NULL)`,
+		b.ID, id, b.Owner, b.CreatedAt.UnixNano()); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM store_files WHERE store_id = ?`, id).Scan(&n); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	for _, f := range fs {
+		// A file already attached joins the batch as it is.
+		res, err := tx.ExecContext(ctx, `UPDATE store_files SET batch_id = ? WHERE store_id = ? AND file_id = ?`, b.ID, id, f.FileID)
+		if err != nil {
+			return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+		}
+		if k, err := res.RowsAffected(); err != nil {
+			return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+		} else if k > 0 {
+			continue
+		}
+		if n >= MaxFilesPerStore {
+			return BatchRow{}, ErrStoreFull
+		}
+		f.BatchID = b.ID
+		if err := insertFile(ctx, tx, f); err != nil {
+			return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+		}
+		n++
+	}
+	out, err := batchWithCounts(ctx, tx, id, b.ID)
+	if err != nil {
+		return BatchRow{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: create file batch in %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// GetBatch is Store.GetBatch.
+func (s *SQLiteStore) GetBatch(ctx context.Context, owner, id, batchID string, now time.Time) (BatchRow, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: get file batch %s: %w", batchID, err)
+	}
+	defer tx.Rollback()
+	if _, err := getStore(ctx, tx, owner, id, now); err != nil {
+		return BatchRow{}, err
+	}
+	return batchWithCounts(ctx, tx, id, batchID)
+}
+
+// CancelBatch is Store.CancelBatch: one transaction.
+func (s *SQLiteStore) CancelBatch(ctx context.Context, owner, id, batchID string, now time.Time) (BatchRow, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	defer tx.Rollback()
+	if _, err := getStore(ctx, tx, owner, id, now); err != nil {
+		return BatchRow{}, err
+	}
+	b, err := batchWithCounts(ctx, tx, id, batchID)
+	if err != nil {
+		return BatchRow{}, err
+	}
+	switch b.Status() {
+	case StatusCancelled:
+		return b, nil
+	case StatusCompleted:
+		return BatchRow{}, ErrBatchDone
+	}
+	rows, err := tx.QueryContext(ctx, `UPDATE store_files SET status = ?, chunks = 0, usage_bytes = 0
+		WHERE store_id = ? AND batch_id = ? AND status = ? RETURNING file_id, gen`, StatusCancelled, id, batchID, StatusInProgress)
+	if err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	var gens []FileGen
+	for rows.Next() {
+		var fg FileGen
+		if err := rows.Scan(&fg.FileID, &fg.Gen); err != nil {
+			rows.Close()
+			return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+		}
+		gens = append(gens, fg)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	// A cancelled file keeps no chunks and no key, as a failed one.
+	for _, fg := range gens {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM chunks WHERE store_id = ? AND file_id = ? AND gen = ?`, id, fg.FileID, fg.Gen); err != nil {
+			return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+		}
+		if err := envelope.Delete(ctx, tx, chunkKeyID(id, fg.FileID, fg.Gen)); err != nil {
+			return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE file_batches SET cancelled_at = ? WHERE id = ?`, now.UnixNano(), batchID); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	if b, err = batchWithCounts(ctx, tx, id, batchID); err != nil {
+		return BatchRow{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return BatchRow{}, fmt.Errorf("vectorstores: cancel file batch %s: %w", batchID, err)
+	}
+	if len(gens) > 0 {
+		s.erase(ctx)
+	}
+	return b, nil
 }

@@ -59,9 +59,28 @@ type Store interface {
 	// to SweepChunks.
 	DetachFile(ctx context.Context, owner, id, fileID string, now time.Time) error
 	// ListFiles returns a page of the files of owner's live store id (with
-	// q.Status, of that status only). A cursor that is not one of the
-	// store's files is an *InvalidCursorError.
+	// q.Status, of that status only; with q.BatchID, of that batch only,
+	// a *BatchNotFoundError if it is not one of the store's batches). A
+	// cursor that is not one of the listed files is an
+	// *InvalidCursorError.
 	ListFiles(ctx context.Context, owner, id string, now time.Time, q ListQuery) ([]FileRow, bool, error)
+
+	// CreateBatch inserts file batch b into owner's live store b.StoreID
+	// with its files in one step: those not yet attached are attached (as
+	// AttachFiles, their BatchID b.ID), those already attached join b as
+	// they are. It returns b with its Counts. ErrStoreFull, and nothing
+	// changed, if the store would hold more than MaxFilesPerStore files.
+	CreateBatch(ctx context.Context, b BatchRow, now time.Time, files []FileRow) (BatchRow, error)
+	// GetBatch returns batch batchID of owner's live store id with its
+	// Counts, or a *BatchNotFoundError.
+	GetBatch(ctx context.Context, owner, id, batchID string, now time.Time) (BatchRow, error)
+	// CancelBatch cancels batch batchID of owner's live store id: in one
+	// step its files still in progress become cancelled (their chunks and
+	// data keys go; an indexer working on one finds it no longer in
+	// progress and stops) and the batch records CancelledAt now. A batch
+	// already cancelled is returned as it is; one with no file in
+	// progress is ErrBatchDone, nothing changed.
+	CancelBatch(ctx context.Context, owner, id, batchID string, now time.Time) (BatchRow, error)
 
 	// Pending returns up to limit files in_progress, oldest attached
 	// first, of every owner: the indexing work.
@@ -135,12 +154,52 @@ type FileRow struct {
 	UsageBytes                       int64
 	Attributes                       []byte // a JSON object, or nil
 	CreatedAt                        time.Time
+	BatchID                          string // the file batch it came with, "" for none
+}
+
+// BatchRow is a file batch: files attached to a store by one request. Its
+// status is its files': Status.
+type BatchRow struct {
+	ID, StoreID, Owner string
+	CreatedAt          time.Time
+	CancelledAt        time.Time // zero: not cancelled
+	Counts             Counts    // its files' (read; CreateBatch ignores it)
+}
+
+// Status is the batch's status, from its files: cancelled once cancelled,
+// in_progress while a file is, else completed (failed files count as
+// failed in its file_counts; the batch is still completed, as OpenAI's
+// is).
+func (b BatchRow) Status() string {
+	switch {
+	case !b.CancelledAt.IsZero():
+		return StatusCancelled
+	case b.Counts.InProgress > 0:
+		return StatusInProgress
+	}
+	return StatusCompleted
 }
 
 // Counts are a store's file_counts and usage_bytes.
 type Counts struct {
 	InProgress, Completed, Failed, Cancelled, Total int64
 	UsageBytes                                      int64
+}
+
+// add counts n files of status using b bytes.
+func (c *Counts) add(status string, n, b int64) {
+	switch status {
+	case StatusInProgress:
+		c.InProgress = n
+	case StatusCompleted:
+		c.Completed = n
+	case StatusFailed:
+		c.Failed = n
+	case StatusCancelled:
+		c.Cancelled = n
+	}
+	c.Total += n
+	c.UsageBytes += b
 }
 
 // ListQuery selects a page of a list, OpenAI's way: Limit items, ordered by
@@ -151,6 +210,7 @@ type ListQuery struct {
 	Desc          bool
 	After, Before string
 	Status        string // files only: the filter parameter
+	BatchID       string // files only: the files of this batch
 }
 
 // StorePatch is a modify request: nil fields are left as they are.
@@ -219,7 +279,16 @@ func (e *FileNotFoundError) Error() string {
 	return "vectorstores: vector store file " + e.ID + " not found"
 }
 
+// BatchNotFoundError is a file batch that is not one of the store's.
+type BatchNotFoundError struct{ ID string }
+
+func (e *BatchNotFoundError) Error() string {
+	return "vectorstores: vector store file batch " + e.ID + " not found"
+}
+
 var (
+	// ErrBatchDone is a cancel of a batch with no file left in progress.
+	ErrBatchDone = errors.New("vectorstores: file batch no longer in progress")
 	// ErrStoreFull is an attach past MaxFilesPerStore.
 	ErrStoreFull = errors.New("vectorstores: store full")
 	// ErrDetached is indexing work whose file generation was detached (or

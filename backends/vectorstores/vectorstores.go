@@ -33,10 +33,14 @@
 // score), so keyword queries rank the chunk that contains them first even
 // with embeddings that are not semantic, such as the fake provider's.
 //
+// File batches (/v1/vector_stores/{id}/file_batches) attach up to
+// MaxBatchFiles files in one request; a batch's status and file_counts are
+// its files', and cancelling it cancels those still in progress at once.
+//
 // What OpenAI offers and this gateway refuses with a 400 naming the
-// parameter: rewrite_query true, file batches (/file_batches, 404) and
-// non-text files. An expired store is gone: 404, like an expired file, and
-// the sweeper deletes it (OpenAI shows status "expired" for a while).
+// parameter: rewrite_query true and non-text files. An expired store is
+// gone: 404, like an expired file, and the sweeper deletes it (OpenAI
+// shows status "expired" for a while).
 package vectorstores
 
 import (
@@ -121,6 +125,9 @@ type Options struct {
 const (
 	// MaxFileIDs is the most file_ids one create request may name.
 	MaxFileIDs = 500
+	// MaxBatchFiles is the most files (file_ids or files) one file batch
+	// may name (OpenAI's limit).
+	MaxBatchFiles = 2000
 	// MaxFilesPerStore bounds a store's files.
 	MaxFilesPerStore = 10_000
 	// MaxFileTokens is the most tokens one file may have (OpenAI's limit
@@ -154,6 +161,7 @@ const (
 	defaultSweepInterval = 5 * time.Minute
 	dbFile               = "vectorstores.db"
 	idPrefix             = "vs_"
+	batchIDPrefix        = "vsfb_"
 	idRandLen            = 24
 )
 
@@ -337,9 +345,12 @@ func (s *Service) Run(ctx context.Context) error {
 const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 // newID returns "vs_" and 24 random base62 characters.
-func newID() string {
-	out := make([]byte, 0, len(idPrefix)+idRandLen)
-	out = append(out, idPrefix...)
+func newID() string { return newIDWith(idPrefix) }
+
+// newIDWith returns prefix and 24 random base62 characters.
+func newIDWith(prefix string) string {
+	out := make([]byte, 0, len(prefix)+idRandLen)
+	out = append(out, prefix...)
 	var buf [32]byte
 	for len(out) < cap(out) {
 		_, _ = rand.Read(buf[:]) // never fails (crypto/rand)

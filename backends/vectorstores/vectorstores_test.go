@@ -350,7 +350,9 @@ func TestValidation(t *testing.T) {
 		})
 	}
 	e.wantError("alice", http.MethodPut, "/v1/vector_stores", "", http.StatusMethodNotAllowed, "")
-	e.wantError("alice", http.MethodGet, "/v1/vector_stores/"+st.Get("id").Str+"/file_batches", "", http.StatusNotFound, "")
+	// File batches are created, never listed (OpenAI has no such list).
+	e.wantError("alice", http.MethodGet, "/v1/vector_stores/"+st.Get("id").Str+"/file_batches", "", http.StatusMethodNotAllowed, "")
+	e.wantError("alice", http.MethodGet, "/v1/vector_stores/"+st.Get("id").Str+"/file_batches/vsfb_x/other", "", http.StatusNotFound, "")
 	e.wantError("", http.MethodGet, "/v1/vector_stores", "", http.StatusUnauthorized, "")
 }
 

@@ -49,6 +49,8 @@ func Run(t *testing.T, open func(t *testing.T) vectorstores.Store) {
 		{"DeleteErases", testDeleteErases},
 		{"ConcurrentAttach", testConcurrentAttach},
 		{"ConcurrentChunkLimit", testConcurrentChunkLimit},
+		{"Batches", testBatches},
+		{"BatchCancel", testBatchCancel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -231,6 +233,23 @@ func testOwnerIsolation(t *testing.T, h *h) {
 	_, err = h.s.SetAttributes(ctx, "bob", "vs_a", "file-1", now, []byte(`{}`))
 	h.notFound("set attributes", err)
 	h.notFound("detach", h.s.DetachFile(ctx, "bob", "vs_a", "file-1", now))
+	if _, err := h.s.CreateBatch(ctx, vectorstores.BatchRow{ID: "vsfb_a", StoreID: "vs_a", Owner: "alice", CreatedAt: now}, now, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.s.CreateBatch(ctx, vectorstores.BatchRow{ID: "vsfb_b", StoreID: "vs_a", Owner: "bob", CreatedAt: now}, now,
+		[]vectorstores.FileRow{h.fileRow("bob", "vs_a", "file-3", now)})
+	h.notFound("create batch", err)
+	_, err = h.s.GetBatch(ctx, "bob", "vs_a", "vsfb_a", now)
+	h.notFound("get batch", err)
+	_, err = h.s.CancelBatch(ctx, "bob", "vs_a", "vsfb_a", now)
+	h.notFound("cancel batch", err)
+	_, _, err = h.s.ListFiles(ctx, "bob", "vs_a", now, vectorstores.ListQuery{Limit: 10, BatchID: "vsfb_a"})
+	h.notFound("list batch files", err)
+	// Bob's own store does not reach alice's batch either.
+	var bnf *vectorstores.BatchNotFoundError
+	if _, err := h.s.GetBatch(ctx, "bob", "vs_b", "vsfb_a", now); !errors.As(err, &bnf) {
+		t.Errorf("alice's batch through bob's store: %v, want *BatchNotFoundError", err)
+	}
 	_, _, err = h.s.ListFiles(ctx, "bob", "vs_a", now, vectorstores.ListQuery{Limit: 10})
 	h.notFound("list files", err)
 	list, _, err := h.s.ListStores(ctx, "bob", now, vectorstores.ListQuery{Limit: 10})
@@ -467,6 +486,17 @@ func testStoreFull(t *testing.T, h *h) {
 	var fnf *vectorstores.FileNotFoundError
 	if _, err := h.s.GetFile(ctx, "alice", "vs_1", "file-a", now); !errors.As(err, &fnf) {
 		t.Errorf("a refused attach left a file: %v", err)
+	}
+	// Nor does a batch past it, which leaves no batch behind.
+	if _, err := h.s.CreateBatch(ctx, vectorstores.BatchRow{ID: "vsfb_1", StoreID: "vs_1", Owner: "alice", CreatedAt: now}, now, more); !errors.Is(err, vectorstores.ErrStoreFull) {
+		t.Fatalf("batch past MaxFilesPerStore: %v, want ErrStoreFull", err)
+	}
+	var bnf *vectorstores.BatchNotFoundError
+	if _, err := h.s.GetBatch(ctx, "alice", "vs_1", "vsfb_1", now); !errors.As(err, &bnf) {
+		t.Errorf("a refused batch was kept: %v", err)
+	}
+	if _, err := h.s.GetFile(ctx, "alice", "vs_1", "file-a", now); !errors.As(err, &fnf) {
+		t.Errorf("a refused batch left a file: %v", err)
 	}
 	// Files already attached do not count again.
 	if _, err := h.s.AttachFiles(ctx, "alice", "vs_1", now, []vectorstores.FileRow{fs[0], more[0]}); err != nil {
@@ -771,6 +801,190 @@ func testConcurrentChunkLimit(t *testing.T, h *h) {
 	// The check is atomic with the insert: at most 3 batches of 3 fit.
 	if in, _, err := h.s.ChunkCounts(ctx, "vs_1", "alice"); err != nil || in != 9 {
 		t.Errorf("chunks after concurrent inserts: %d, %v; want 9", in, err)
+	}
+}
+
+func (h *h) batch(owner, storeID, id string, created time.Time, files ...vectorstores.FileRow) vectorstores.BatchRow {
+	h.t.Helper()
+	b, err := h.s.CreateBatch(h.t.Context(), vectorstores.BatchRow{ID: id, StoreID: storeID, Owner: owner, CreatedAt: created}, now, files)
+	if err != nil {
+		h.t.Fatalf("create batch %s: %v", id, err)
+	}
+	return b
+}
+
+func fileIDs(rows []vectorstores.FileRow) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.FileID)
+	}
+	return out
+}
+
+func testBatches(t *testing.T, h *h) {
+	ctx := t.Context()
+	old := h.fileRow("alice", "vs_1", "file-0", now)
+	h.create(h.storeRow("alice", "vs_1", now), old)
+	h.create(h.storeRow("alice", "vs_2", now))
+	h.index(old, 1)
+	var fs []vectorstores.FileRow
+	for i := 1; i <= 3; i++ {
+		fs = append(fs, h.fileRow("alice", "vs_1", fmt.Sprintf("file-%d", i), now.Add(time.Duration(i)*time.Millisecond)))
+	}
+	// New files are attached with the batch; one already attached joins it
+	// as it is (completed, its generation kept).
+	b := h.batch("alice", "vs_1", "vsfb_1", now, append(fs, old)...)
+	if b.ID != "vsfb_1" || b.StoreID != "vs_1" || b.Owner != "alice" || !b.CreatedAt.Equal(now) || !b.CancelledAt.IsZero() ||
+		b.Counts != (vectorstores.Counts{InProgress: 3, Completed: 1, Total: 4, UsageBytes: 10}) || b.Status() != vectorstores.StatusInProgress {
+		t.Fatalf("created batch %+v, status %s", b, b.Status())
+	}
+	if f, err := h.s.GetFile(ctx, "alice", "vs_1", "file-0", now); err != nil || f.BatchID != "vsfb_1" || f.Gen != old.Gen || f.Status != vectorstores.StatusCompleted {
+		t.Errorf("adopted file %+v, %v", f, err)
+	}
+	if f, err := h.s.GetFile(ctx, "alice", "vs_1", "file-2", now); err != nil || f.BatchID != "vsfb_1" || f.Gen != fs[1].Gen || f.Status != vectorstores.StatusInProgress {
+		t.Errorf("batch file %+v, %v", f, err)
+	}
+	// A file attached alone belongs to no batch.
+	alone := h.fileRow("alice", "vs_1", "file-9", now.Add(time.Second))
+	if _, err := h.s.AttachFiles(ctx, "alice", "vs_1", now, []vectorstores.FileRow{alone}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := h.s.Counts(ctx, "vs_1"); err != nil || c.Total != 5 {
+		t.Errorf("store counts %+v, %v", c, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		q    vectorstores.ListQuery
+		want []string
+		more bool
+	}{
+		{"asc", vectorstores.ListQuery{Limit: 10, BatchID: "vsfb_1"}, []string{"file-0", "file-1", "file-2", "file-3"}, false},
+		{"desc page", vectorstores.ListQuery{Limit: 2, Desc: true, BatchID: "vsfb_1"}, []string{"file-3", "file-2"}, true},
+		{"desc after", vectorstores.ListQuery{Limit: 2, Desc: true, After: "file-2", BatchID: "vsfb_1"}, []string{"file-1", "file-0"}, false},
+		{"before", vectorstores.ListQuery{Limit: 10, Before: "file-2", BatchID: "vsfb_1"}, []string{"file-0", "file-1"}, false},
+		{"completed", vectorstores.ListQuery{Limit: 10, Status: vectorstores.StatusCompleted, BatchID: "vsfb_1"}, []string{"file-0"}, false},
+		{"in progress", vectorstores.ListQuery{Limit: 10, Status: vectorstores.StatusInProgress, BatchID: "vsfb_1"}, []string{"file-1", "file-2", "file-3"}, false},
+	} {
+		got, more, err := h.s.ListFiles(ctx, "alice", "vs_1", now, tc.q)
+		if err != nil || !reflect.DeepEqual(fileIDs(got), tc.want) || more != tc.more {
+			t.Errorf("%s: %v more %v, %v; want %v more %v", tc.name, fileIDs(got), more, err, tc.want, tc.more)
+		}
+	}
+	var cur *vectorstores.InvalidCursorError
+	if _, _, err := h.s.ListFiles(ctx, "alice", "vs_1", now, vectorstores.ListQuery{Limit: 2, After: "file-9", BatchID: "vsfb_1"}); !errors.As(err, &cur) {
+		t.Errorf("cursor outside the batch: %v, want *InvalidCursorError", err)
+	}
+	var bnf *vectorstores.BatchNotFoundError
+	for _, tc := range []struct{ store, batch string }{{"vs_1", "vsfb_none"}, {"vs_2", "vsfb_1"}} {
+		if _, err := h.s.GetBatch(ctx, "alice", tc.store, tc.batch, now); !errors.As(err, &bnf) || bnf.ID != tc.batch {
+			t.Errorf("get %s of %s: %v, want *BatchNotFoundError", tc.batch, tc.store, err)
+		}
+		if _, _, err := h.s.ListFiles(ctx, "alice", tc.store, now, vectorstores.ListQuery{Limit: 10, BatchID: tc.batch}); !errors.As(err, &bnf) {
+			t.Errorf("list %s of %s: %v, want *BatchNotFoundError", tc.batch, tc.store, err)
+		}
+		if _, err := h.s.CancelBatch(ctx, "alice", tc.store, tc.batch, now); !errors.As(err, &bnf) {
+			t.Errorf("cancel %s of %s: %v, want *BatchNotFoundError", tc.batch, tc.store, err)
+		}
+	}
+
+	// Its status follows its files: completed once none is in progress,
+	// failed files counted as failed.
+	h.index(fs[0], 2)
+	h.index(fs[1], 1)
+	if got, err := h.s.GetBatch(ctx, "alice", "vs_1", "vsfb_1", now); err != nil || got.Status() != vectorstores.StatusInProgress || got.Counts.InProgress != 1 {
+		t.Errorf("batch with a file left: %+v, %v", got, err)
+	}
+	if err := h.s.Finish(ctx, jobOf(fs[2]), vectorstores.StatusFailed, "invalid_file", "bad", 0); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.s.GetBatch(ctx, "alice", "vs_1", "vsfb_1", now)
+	if err != nil || got.Status() != vectorstores.StatusCompleted ||
+		got.Counts != (vectorstores.Counts{Completed: 3, Failed: 1, Total: 4, UsageBytes: 40}) {
+		t.Errorf("finished batch %+v, %v", got, err)
+	}
+	if _, err := h.s.CancelBatch(ctx, "alice", "vs_1", "vsfb_1", now); !errors.Is(err, vectorstores.ErrBatchDone) {
+		t.Errorf("cancel of a completed batch: %v, want ErrBatchDone", err)
+	}
+	// A detached file leaves the batch.
+	if err := h.s.DetachFile(ctx, "alice", "vs_1", "file-3", now); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := h.s.GetBatch(ctx, "alice", "vs_1", "vsfb_1", now); err != nil || got.Counts.Total != 3 || got.Counts.Failed != 0 {
+		t.Errorf("batch after a detach: %+v, %v", got, err)
+	}
+	// A deleted store's batches go with it.
+	if err := h.s.DeleteStore(ctx, "alice", "vs_1", now); err != nil {
+		t.Fatal(err)
+	}
+	h.create(h.storeRow("alice", "vs_1", now))
+	if _, err := h.s.GetBatch(ctx, "alice", "vs_1", "vsfb_1", now); !errors.As(err, &bnf) {
+		t.Errorf("batch of a deleted store: %v, want *BatchNotFoundError", err)
+	}
+}
+
+func testBatchCancel(t *testing.T, h *h) {
+	ctx := t.Context()
+	h.create(h.storeRow("alice", "vs_1", now))
+	done := h.fileRow("alice", "vs_1", "file-1", now)
+	busy := h.fileRow("alice", "vs_1", "file-2", now)
+	idle := h.fileRow("alice", "vs_1", "file-3", now)
+	h.batch("alice", "vs_1", "vsfb_1", now, done, busy, idle)
+	h.index(done, 2)
+	// busy is being indexed: a key and chunks so far.
+	if err := h.s.ResetChunks(ctx, jobOf(busy), h.key(busy)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.s.InsertChunks(ctx, jobOf(busy), chunks(0, 3), noCheck); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(time.Minute)
+	b, err := h.s.CancelBatch(ctx, "alice", "vs_1", "vsfb_1", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Status() != vectorstores.StatusCancelled || !b.CancelledAt.Equal(later) ||
+		b.Counts != (vectorstores.Counts{Completed: 1, Cancelled: 2, Total: 3, UsageBytes: 20}) {
+		t.Errorf("cancelled batch %+v", b)
+	}
+	if got, err := h.s.GetBatch(ctx, "alice", "vs_1", "vsfb_1", now); err != nil || got.Status() != vectorstores.StatusCancelled || got.Counts != b.Counts {
+		t.Errorf("get after cancel %+v, %v", got, err)
+	}
+	// The cancelled files are no work, keep no key and no chunks, and the
+	// indexer's next write for one is refused.
+	if jobs, err := h.s.Pending(ctx, 10); err != nil || len(jobs) != 0 {
+		t.Errorf("pending after cancel: %+v, %v", jobs, err)
+	}
+	if _, err := h.s.ChunkKey(ctx, "vs_1", vectorstores.FileGen{FileID: "file-2", Gen: busy.Gen}); !errors.Is(err, envelope.ErrNoKey) {
+		t.Errorf("cancelled file's key: %v, want ErrNoKey", err)
+	}
+	if err := h.s.InsertChunks(ctx, jobOf(busy), chunks(3, 1), noCheck); !errors.Is(err, vectorstores.ErrDetached) {
+		t.Errorf("insert after cancel: %v, want ErrDetached", err)
+	}
+	if err := h.s.ResetChunks(ctx, jobOf(idle), h.key(idle)); !errors.Is(err, vectorstores.ErrDetached) {
+		t.Errorf("reset after cancel: %v, want ErrDetached", err)
+	}
+	if _, err := h.s.ChunkKey(ctx, "vs_1", vectorstores.FileGen{FileID: "file-3", Gen: idle.Gen}); !errors.Is(err, envelope.ErrNoKey) {
+		t.Errorf("a refused reset left a key: %v", err)
+	}
+	if err := h.s.Finish(ctx, jobOf(busy), vectorstores.StatusCompleted, "", "", 99); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := h.s.GetFile(ctx, "alice", "vs_1", "file-2", now); err != nil || f.Status != vectorstores.StatusCancelled || f.UsageBytes != 0 {
+		t.Errorf("cancelled file after a late finish: %+v, %v", f, err)
+	}
+	if in, _, err := h.s.ChunkCounts(ctx, "vs_1", "alice"); err != nil || in != 2 {
+		t.Errorf("chunk counts after cancel: %d, %v; want the completed file's 2", in, err)
+	}
+	if got := h.scan("vs_1"); !reflect.DeepEqual(got, []string{"file-1/0", "file-1/1"}) {
+		t.Errorf("scan after cancel: %v", got)
+	}
+	if n, err := h.s.SweepChunks(ctx); err != nil || n != 0 {
+		t.Errorf("chunks left to sweep after cancel: %d, %v", n, err)
+	}
+	// Cancelling again changes nothing.
+	if again, err := h.s.CancelBatch(ctx, "alice", "vs_1", "vsfb_1", later.Add(time.Hour)); err != nil || !again.CancelledAt.Equal(later) || again.Counts != b.Counts {
+		t.Errorf("second cancel: %+v, %v", again, err)
 	}
 }
 
