@@ -22,9 +22,10 @@ const (
 // minLength and maxLength are met), numbers and integers 1 moved into their
 // bounds, booleans true, enum and const their (first) value, arrays one item
 // (or minItems), anyOf and oneOf their first branch, allOf merged objects,
-// $ref into $defs or definitions. With answer set, a root object without
-// properties that allows others gets "answer": text, so that JSON mode
-// answers something; tool arguments are left {} then.
+// $ref into $defs or definitions. A root object without properties that
+// allows others gets "answer": text, so that JSON mode answers something,
+// when answer is set or the schema says additionalProperties true (JSON
+// mode through a forced tool); tool arguments are otherwise left {}.
 func sampleJSON(schema json.RawMessage, answer bool, text string) any {
 	var root any
 	if len(schema) == 0 || json.Unmarshal(schema, &root) != nil {
@@ -123,7 +124,10 @@ func (s *sampler) object(m map[string]any, depth int) map[string]any {
 			}
 		}
 	}
-	if s.answer && depth == 0 && len(out) == 0 && m["additionalProperties"] != false {
+	// JSON mode asked through a tool (Anthropic's, from the gateway) says
+	// additionalProperties true outright.
+	open := m["additionalProperties"] != false && (s.answer || m["additionalProperties"] == true)
+	if depth == 0 && len(out) == 0 && open {
 		out["answer"] = s.text
 	}
 	return out
