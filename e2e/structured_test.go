@@ -108,7 +108,7 @@ func TestStructuredOutputs(t *testing.T) {
 				}
 				validateSchema(t, "CreateChatCompletionResponse", []byte(res.RawJSON()))
 				if model == "vendor/claude" { // asked through the forced tool
-					if up := vs.lastRequest(t, "anthropic"); !strings.Contains(string(up.body), `"tool_choice":{"type":"tool","name":"json_response"}`) {
+					if up := vs.lastRequest(t, "anthropic"); !strings.Contains(string(up.body), `"tool_choice":{"type":"tool","name":"json_response","disable_parallel_tool_use":true}`) {
 						t.Errorf("Anthropic got %s", up.body)
 					}
 				}
@@ -143,6 +143,30 @@ func TestStructuredOutputs(t *testing.T) {
 				}
 				// Any object; the fakes answer with the question.
 				conformsTo(t, `{"type":"object","required":["answer"]}`, res.Choices[0].Message.Content)
+			})
+			t.Run("with tools", func(t *testing.T) {
+				// The model may call a function first; the answer after the
+				// result, tools declined, follows the format.
+				p := params(model, strict)
+				p.Tools = []openai.ChatCompletionToolUnionParam{weatherTool()}
+				res, err := c.Chat.Completions.New(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ch := res.Choices[0]
+				if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 || ch.Message.ToolCalls[0].Function.Name != "get_weather" {
+					t.Fatalf("finish_reason %q, tool calls %+v; want a get_weather call", ch.FinishReason, ch.Message.ToolCalls)
+				}
+				p.Messages = append(p.Messages, ch.Message.ToParam(), openai.ToolMessage("sunny", ch.Message.ToolCalls[0].ID))
+				p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")}
+				res, err = c.Chat.Completions.New(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ch := res.Choices[0]; ch.FinishReason != "stop" || len(ch.Message.ToolCalls) != 0 {
+					t.Errorf("finish_reason %q, tool calls %v; want stop and none", ch.FinishReason, ch.Message.ToolCalls)
+				}
+				conformsTo(t, mathSchema, res.Choices[0].Message.Content)
 			})
 			t.Run("responses text.format", func(t *testing.T) {
 				r, err := c.Responses.New(ctx, responses.ResponseNewParams{

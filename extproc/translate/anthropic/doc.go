@@ -59,7 +59,8 @@
 // describes the tool; a schema without "type" gets "object", and a root of
 // another type is refused (Anthropic's input_schema must be an object, as
 // OpenAI's strict mode wants too). tool_choice is {"type":"tool","name":
-// "json_response"} when the client sent no tools or tool_choice "none"; with
+// "json_response"} (with disable_parallel_tool_use, so there is one answer)
+// when the client sent no tools or tool_choice "none"; with
 // the client's tools and tool_choice absent, "auto" or "required" it is
 // "any" (the model calls one of the client's functions or answers through
 // the tool, which is how OpenAI's "call a tool or answer in the format"

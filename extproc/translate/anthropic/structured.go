@@ -88,8 +88,10 @@ func (t *translator) appendStructuredChoice(out []byte, f *translate.ChatRequest
 	}
 	out = append(out, `,"tool_choice":{"type":"`...)
 	if forced {
+		// One call: two answers would not make one JSON value.
 		out = append(out, `tool","name":`...)
 		out = append(out, name...)
+		out = append(out, `,"disable_parallel_tool_use":true`...)
 	} else {
 		out = append(out, `any"`...)
 		if f.ParallelToolCalls.Type == gjson.False {

@@ -19,7 +19,7 @@ func TestTranslateRequestStructured(t *testing.T) {
 	const msgs = `"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]`
 	const head = `{"model":"claude-up","max_tokens":4096,` + msgs
 	const jsonTool = `{"name":"json_response","description":"Respond to the user by calling this tool: its input is your whole answer, as a JSON value following the schema.","input_schema":`
-	const forced = `"tool_choice":{"type":"tool","name":"json_response"}`
+	const forced = `"tool_choice":{"type":"tool","name":"json_response","disable_parallel_tool_use":true}`
 	tests := []struct {
 		name string
 		in   string

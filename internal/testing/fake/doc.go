@@ -13,7 +13,8 @@
 //     prefixed "(choice i) ". After a tool result message (role "tool") the
 //     reply is "The tool returned: <its text>".
 //   - With function tools and tool_choice not "none", the reply is one call to
-//     the first function (or the one tool_choice names), with arguments built
+//     the first function (or the one tool_choice names, even after a tool
+//     result, which is otherwise answered in text), with arguments built
 //     from the function's parameters schema: string "sample", number and
 //     integer 1, boolean true, nested objects and arrays filled in the same
 //     way (see structured output below).

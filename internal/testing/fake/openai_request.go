@@ -163,7 +163,9 @@ func parseStop(raw json.RawMessage) ([]string, bool) {
 
 // chooseTool decides whether the reply is a tool call and to which function:
 // only when there are function tools, tool_choice is not "none", and the
-// conversation does not end with a tool result (which is answered in text).
+// conversation does not end with a tool result (which is answered in text)
+// unless tool_choice names the function, which forces the call whatever came
+// before (as the gateway's structured output through Anthropic relies on).
 func chooseTool(req *chatRequest) (*chatFunction, *apierror.Error) {
 	var funcs []*chatFunction
 	for i := range req.Tools {
@@ -205,7 +207,7 @@ func chooseTool(req *chatRequest) (*chatFunction, *apierror.Error) {
 		}
 	}
 
-	if len(funcs) == 0 || req.Messages[len(req.Messages)-1].Role == "tool" {
+	if len(funcs) == 0 || (named == "" && req.Messages[len(req.Messages)-1].Role == "tool") {
 		return nil, nil
 	}
 	for _, f := range funcs {
