@@ -94,9 +94,12 @@ type upstreamStream struct {
 	status int
 	kind   respKind
 	anth   *anthropic.Stream
-	gem    *gemini.Stream
-	out    []byte // reused translation buffer for stream chunks
-	failed bool   // a stream translation error was logged
+	// anthReply says how an Anthropic attempt's reply is translated back
+	// (set with its request: structured output comes back as a tool call).
+	anthReply anthropic.Reply
+	gem       *gemini.Stream
+	out       []byte // reused translation buffer for stream chunks
+	failed    bool   // a stream translation error was logged
 
 	// Replies reused for every chunk, as in stream.
 	editChunk *extprocv3.ProcessingResponse
@@ -467,7 +470,7 @@ func (st *upstreamStream) providerRequest(body []byte, ub upstreamBody, view *tr
 			hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
 		}
 	case kindAnthropic:
-		out, err = anthropic.TranslateChat(view, len(body), t.upstreamModel, m.anthropicOpts)
+		out, st.anthReply, err = anthropic.TranslateChatReply(view, len(body), t.upstreamModel, m.anthropicOpts)
 		path = t.chatPath
 		if st.stream {
 			path = t.streamPath
@@ -567,7 +570,7 @@ func (st *upstreamStream) responseHeaders(h *extprocv3.HttpHeaders) *extprocv3.P
 		st.kind = respSSE
 		mode = filterv3.ProcessingMode_STREAMED
 		if st.prov.kind == kindAnthropic {
-			st.anth = anthropic.NewStream(st.model.id)
+			st.anth = st.anthReply.NewStream(st.model.id)
 		} else {
 			st.gem = gemini.NewStream(st.model.id)
 		}
@@ -617,7 +620,7 @@ func (st *upstreamStream) jsonBody(body []byte) *extprocv3.ProcessingResponse {
 	case st.op == opEmbeddings:
 		out, err = gemini.TranslateEmbeddingResponse(st.status, body, st.model.id, st.b64, st.promptTokens)
 	case st.prov.kind == kindAnthropic:
-		out, err = anthropic.TranslateResponse(st.status, body, st.model.id)
+		out, err = st.anthReply.Translate(st.status, body, st.model.id)
 	default:
 		out, err = gemini.TranslateResponse(st.status, body, st.model.id)
 	}

@@ -29,8 +29,8 @@
 // when they are dropped instead:
 //
 //   - n > 1, presence_penalty or frequency_penalty other than 0, logprobs true,
-//     top_logprobs > 0, a non-empty logit_bias, response_format json_object or
-//     json_schema, audio or an "audio" modality, reasoning_effort,
+//     top_logprobs > 0, a non-empty logit_bias, a response_format json_schema
+//     whose root is not an object, audio or an "audio" modality, reasoning_effort,
 //     web_search_options, the deprecated functions and function_call,
 //     tool_choice allowed_tools or custom, custom (non-function) tools, and
 //     input_audio, file (other than PDF file_data) and unsupported image parts.
@@ -47,6 +47,35 @@
 // function.strict on tools (the schema is still sent as input_schema). user
 // (or safety_identifier) becomes metadata.user_id and parallel_tool_calls false
 // becomes disable_parallel_tool_use.
+//
+// # Structured outputs
+//
+// response_format json_schema and json_object are sent as a tool the model
+// is made to call, StructuredTool ("json_response"), whose input_schema is
+// the client's schema (json_object, or json_schema without a schema: an
+// object with additionalProperties true): the Messages API
+// (anthropic-version 2023-06-01, no beta header) has no response format, but
+// a forced tool's input follows its schema. json_schema's description
+// describes the tool; a schema without "type" gets "object", and a root of
+// another type is refused (Anthropic's input_schema must be an object, as
+// OpenAI's strict mode wants too). tool_choice is {"type":"tool","name":
+// "json_response"} (with disable_parallel_tool_use, so there is one answer)
+// when the client sent no tools or tool_choice "none"; with
+// the client's tools and tool_choice absent, "auto" or "required" it is
+// "any" (the model calls one of the client's functions or answers through
+// the tool, which is how OpenAI's "call a tool or answer in the format"
+// behaves; "required" thus lets the model answer instead), and a named
+// function stays forced. A client function named json_response is refused
+// (param tools[i].function.name) while response_format asks for JSON.
+//
+// TranslateChatReply marks such a request (Reply.Structured), and the
+// marked Reply's Translate and NewStream turn the json_response tool_use
+// back into the answer: its input becomes message.content, a JSON string
+// (streamed, each input_json_delta becomes a content delta), no tool call is
+// shown, and stop_reason tool_use becomes finish_reason "stop" unless the
+// model also called a client's function. max_tokens still gives "length"
+// (the JSON is then cut short, as OpenAI's would be). Text blocks, which
+// Anthropic does not write before a forced tool call, are kept as content.
 //
 // # Prompt caching
 //

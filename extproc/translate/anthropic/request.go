@@ -35,6 +35,10 @@ type translator struct {
 	// Automatic breakpoints decided (placeBreakpoints) before the system
 	// prompt and tools are written.
 	cacheSystem, cacheTools bool
+	// structured is the input_schema of StructuredTool when the client
+	// asked for structured output (response_format json_object or
+	// json_schema), "" otherwise; structuredDesc its description.
+	structured, structuredDesc string
 }
 
 // systemPiece is one text of the system prompt and its cache_control.
@@ -66,8 +70,27 @@ func TranslateRequest(body []byte, upstreamModel string, opts Options) ([]byte, 
 // The body f views must not be modified while TranslateChat runs; the
 // result does not alias it.
 func TranslateChat(f *translate.ChatRequest, size int, upstreamModel string, opts Options) ([]byte, error) {
+	out, _, err := TranslateChatReply(f, size, upstreamModel, opts)
+	return out, err
+}
+
+// TranslateChatReply is TranslateChat, also returning how the reply to the
+// result is to be translated (Reply.Translate, Reply.NewStream): a request
+// for structured output is answered through StructuredTool.
+func TranslateChatReply(f *translate.ChatRequest, size int, upstreamModel string, opts Options) ([]byte, Reply, error) {
 	t := &translator{opts: opts}
+	out, err := t.translate(f, size, upstreamModel)
+	if err != nil {
+		return nil, Reply{}, err
+	}
+	return out, Reply{Structured: t.structured != ""}, nil
+}
+
+func (t *translator) translate(f *translate.ChatRequest, size int, upstreamModel string) ([]byte, error) {
 	if err := t.checkUnsupported(f); err != nil {
+		return nil, err
+	}
+	if err := t.structuredOutput(f); err != nil {
 		return nil, err
 	}
 
@@ -161,12 +184,6 @@ func (t *translator) checkUnsupported(f *translate.ChatRequest) error {
 	}
 	if f.LogitBias.IsObject() && nonEmpty(f.LogitBias) {
 		checks = append(checks, unsupportedParam("logit_bias"))
-	}
-	if f.ResponseFormat.IsObject() {
-		if typ := f.ResponseFormat.Get("type").Str; typ != "" && typ != "text" {
-			checks = append(checks, unsupportedValue("response_format",
-				"'response_format' of type '%s' is not supported by this model's provider (Anthropic).", typ))
-		}
 	}
 	if translate.Present(f.Audio) {
 		checks = append(checks, unsupportedParam("audio"))
@@ -638,9 +655,12 @@ func (t *translator) appendSystem(out []byte) []byte {
 }
 
 // appendTools appends tools and tool_choice. Both are left out when no tool
-// survives, as Anthropic refuses a tool_choice without tools.
+// survives, as Anthropic refuses a tool_choice without tools. A request for
+// structured output adds StructuredTool after the client's tools (after
+// their cache breakpoint, as its schema varies more than they do) and
+// chooses it (appendStructuredChoice).
 func (t *translator) appendTools(out []byte, f *translate.ChatRequest) ([]byte, error) {
-	if !f.Tools.IsArray() {
+	if !f.Tools.IsArray() && t.structured == "" {
 		return out, nil
 	}
 	start := len(out)
@@ -661,6 +681,11 @@ func (t *translator) appendTools(out []byte, f *translate.ChatRequest) ([]byte, 
 			err = apierror.MissingParam(fmt.Sprintf("tools[%d].function.name", i))
 			return false
 		}
+		if t.structured != "" && name.Str == StructuredTool {
+			err = apierror.InvalidParam(fmt.Sprintf("tools[%d].function.name", i),
+				"Invalid 'tools[%d].function.name': '%s' is reserved for structured output (response_format) with this model's provider (Anthropic).", i, StructuredTool)
+			return false
+		}
 		if n > 0 {
 			out = append(out, ',')
 		}
@@ -679,14 +704,25 @@ func (t *translator) appendTools(out []byte, f *translate.ChatRequest) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
+	if n == 0 && t.structured == "" {
 		return out[:start], nil
 	}
-	if t.cacheTools { // on the last tool: before its closing brace
+	if t.cacheTools && n > 0 { // on the last tool: before its closing brace
 		out = append(append(out[:len(out)-1], ephemeral...), '}')
 	}
-	out = append(out, ']')
-	return t.appendToolChoice(out, f)
+	if t.structured == "" {
+		out = append(out, ']')
+		return t.appendToolChoice(out, f)
+	}
+	if n > 0 {
+		out = append(out, ',')
+	}
+	out = append(out, `{"name":"`+StructuredTool+`","description":`...)
+	out = append(out, t.structuredDesc...)
+	out = append(out, `,"input_schema":`...)
+	out = append(out, t.structured...)
+	out = append(out, "}]"...)
+	return t.appendStructuredChoice(out, f, n)
 }
 
 // emptySchema is the input_schema of a function without parameters:

@@ -38,6 +38,12 @@ func finishReason(stop string) string {
 // Anthropic message); it is then an *apierror.Error (502) the caller should
 // answer with instead.
 func TranslateResponse(status int, body []byte, clientModel string) ([]byte, error) {
+	return Reply{}.Translate(status, body, clientModel)
+}
+
+// Translate is TranslateResponse for a request TranslateChatReply marked
+// with r.
+func (r Reply) Translate(status int, body []byte, clientModel string) ([]byte, error) {
 	if status < 200 || status > 299 {
 		return errorFromBody(status, body).JSON(), nil
 	}
@@ -60,8 +66,10 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 
 	// Text blocks are joined; tool_use blocks become tool calls. Both keep
 	// their raw JSON so that nothing is decoded.
+	// A structured answer's input is the content, as a string.
 	var texts []string
 	var calls []gjson.Result
+	answered := false
 	root.Get("content").ForEach(func(_, b gjson.Result) bool {
 		switch b.Get("type").Str {
 		case "text":
@@ -69,7 +77,17 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 				texts = append(texts, t.Raw)
 			}
 		case "tool_use":
-			calls = append(calls, b)
+			if !r.isStructured(b.Get("name")) {
+				calls = append(calls, b)
+				break
+			}
+			answered = true
+			in := b.Get("input")
+			if !in.Exists() {
+				texts = append(texts, `"{}"`)
+			} else {
+				texts = append(texts, string(appendString(nil, in.Raw)))
+			}
 		}
 		return true
 	})
@@ -103,7 +121,11 @@ func TranslateResponse(status int, body []byte, clientModel string) ([]byte, err
 		out = append(out, ']')
 	}
 	out = append(out, `,"annotations":[]},"logprobs":null,"finish_reason":"`...)
-	out = append(out, finishReason(root.Get("stop_reason").Str)...)
+	reason := finishReason(root.Get("stop_reason").Str)
+	if answered && len(calls) == 0 && reason == "tool_calls" {
+		reason = "stop" // the answer, not a call the client is to make
+	}
+	out = append(out, reason...)
 	out = append(out, `"}],"usage":`...)
 	var u usage
 	u.set(root.Get("usage"))

@@ -24,6 +24,7 @@ const (
 	blockOther blockKind = iota // thinking, server tools: not forwarded
 	blockText
 	blockTool
+	blockAnswer // StructuredTool's call: its input streams as content
 )
 
 // block is what the Stream knows of one Anthropic content block.
@@ -55,11 +56,18 @@ type Stream struct {
 	blocks []block // by Anthropic content block index
 	tools  int     // tool calls so far
 	usage  usage
+
+	reply    Reply
+	answered bool // a structured answer was streamed
 }
 
 // NewStream returns a Stream whose chunks name clientModel.
-func NewStream(clientModel string) *Stream {
-	s := &Stream{model: clientModel, created: time.Now().Unix()}
+func NewStream(clientModel string) *Stream { return Reply{}.NewStream(clientModel) }
+
+// NewStream is the package's NewStream for a request TranslateChatReply
+// marked with r.
+func (r Reply) NewStream(clientModel string) *Stream {
+	s := &Stream{model: clientModel, created: time.Now().Unix(), reply: r}
 	s.feed = s.event
 	return s
 }
@@ -143,17 +151,27 @@ func (s *Stream) event(ev sse.Event) error {
 	case "content_block_delta":
 		return s.blockDelta(data)
 	case "content_block_stop":
-		if b := s.blockAt(gjson.Get(data, "index")); b != nil && b.kind == blockTool && !b.args {
+		if b := s.blockAt(gjson.Get(data, "index")); b != nil && !b.args {
 			// A call without parameters streams no arguments; OpenAI
 			// clients expect a JSON object, as the non-streamed "{}".
-			b.args = true
-			s.toolArgs(b.tool, `"{}"`)
+			switch b.kind {
+			case blockTool:
+				b.args = true
+				s.toolArgs(b.tool, `"{}"`)
+			case blockAnswer:
+				b.args = true
+				s.content(`"{}"`)
+			}
 		}
 	case "message_delta":
 		s.begin(gjson.Result{})
 		s.usage.set(gjson.Get(data, "usage"))
 		if sr := gjson.Get(data, "delta.stop_reason"); sr.Type == gjson.String {
-			s.finish(finishReason(sr.Str))
+			reason := finishReason(sr.Str)
+			if s.answered && s.tools == 0 && reason == "tool_calls" {
+				reason = "stop" // the answer, not a call the client is to make
+			}
+			s.finish(reason)
 		}
 	case "message_stop":
 		s.begin(gjson.Result{})
@@ -258,6 +276,19 @@ func (s *Stream) blockStart(data string) error {
 			s.content(t.Raw)
 		}
 	case "tool_use":
+		if s.reply.isStructured(cb.Get("name")) {
+			*b = block{kind: blockAnswer}
+			s.answered = true
+			if in := cb.Get("input"); in.IsObject() && nonEmpty(in) {
+				b.args = true
+				s.out = append(s.out, s.head...)
+				s.out = append(s.out, choiceOpen+`{"content":`...)
+				s.out = appendString(s.out, in.Raw)
+				s.out = append(s.out, '}')
+				s.out = append(s.out, chunkTail...)
+			}
+			break
+		}
 		*b = block{kind: blockTool, tool: s.tools}
 		s.tools++
 		s.out = append(s.out, s.head...)
@@ -302,12 +333,16 @@ func (s *Stream) blockDelta(data string) error {
 		}
 	case "input_json_delta":
 		b := s.blockAt(gjson.Get(data, "index"))
-		if b == nil || b.kind != blockTool {
+		if b == nil || (b.kind != blockTool && b.kind != blockAnswer) {
 			return nil // a server tool's input: not the client's call
 		}
 		if pj := delta.Get("partial_json"); pj.Type == gjson.String && pj.Raw != `""` {
 			b.args = true
-			s.toolArgs(b.tool, pj.Raw)
+			if b.kind == blockAnswer {
+				s.content(pj.Raw)
+			} else {
+				s.toolArgs(b.tool, pj.Raw)
+			}
 		}
 	}
 	// thinking_delta, signature_delta, citations_delta: nothing to send.

@@ -19,16 +19,21 @@ var update = flag.Bool("update", false, "rewrite the streaming golden files")
 // goldenCreated replaces the clock in golden tests.
 const goldenCreated = 1700000000
 
-func newTestStream() *Stream {
-	s := NewStream("client-model")
+func newTestStream() *Stream { return newReplyStream(Reply{}) }
+
+func newReplyStream(r Reply) *Stream {
+	s := r.NewStream("client-model")
 	s.created = goldenCreated
 	return s
 }
 
 // translateAll feeds in to a new Stream in the given pieces, the last with
 // eos, and returns the concatenated output and the last error.
-func translateAll(pieces ...[]byte) ([]byte, error) {
-	s := newTestStream()
+func translateAll(pieces ...[]byte) ([]byte, error) { return translateReply(Reply{}, pieces...) }
+
+// translateReply is translateAll for a request marked with r.
+func translateReply(r Reply, pieces ...[]byte) ([]byte, error) {
+	s := newReplyStream(r)
 	var out []byte
 	var err error
 	for i, p := range pieces {
@@ -38,9 +43,17 @@ func translateAll(pieces ...[]byte) ([]byte, error) {
 }
 
 func TestStreamGolden(t *testing.T) {
-	for _, name := range []string{"text", "tool_use", "error"} {
+	for _, g := range []struct {
+		name  string
+		reply Reply
+	}{{"text", Reply{}}, {"tool_use", Reply{}}, {"error", Reply{}}, {"structured", Reply{Structured: true}},
+		// The same stream for a request that did not ask for structured
+		// output: json_response is the client's own tool then.
+		{"structured_unmarked", Reply{}}} {
+		name := g.name
+		translateAll := func(pieces ...[]byte) ([]byte, error) { return translateReply(g.reply, pieces...) }
 		t.Run(name, func(t *testing.T) {
-			in, err := os.ReadFile(filepath.Join("testdata", name+".sse"))
+			in, err := os.ReadFile(filepath.Join("testdata", strings.TrimSuffix(name, "_unmarked")+".sse"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -191,7 +191,7 @@ func TestRoundTripMatchesOpenAIFake(t *testing.T) {
 		{"parallel tool results", `{"model":"m","messages":[{"role":"user","content":"both?"},` +
 			`{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"get_weather","arguments":"{}"}},{"id":"b","type":"function","function":{"name":"get_time","arguments":"{}"}}]},` +
 			`{"role":"tool","tool_call_id":"a","content":"sunny"},{"role":"tool","tool_call_id":"b","content":"noon"}],` + tools + `}`},
-		{"json schema", `{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string","format":"uri"},"b":{"anyOf":[{"type":"integer"},{"type":"null"}]}},"required":["a","b"],"additionalProperties":false}}}}`},
+		{"json schema", `{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string","format":"date-time"},"b":{"anyOf":[{"type":"integer"},{"type":"null"}]}},"required":["a","b"],"additionalProperties":false}}}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -545,10 +545,7 @@ func anthropicTools(ar *anthropicRequest, req *chatRequest) *anthropicError {
 		if json.Unmarshal(t.InputSchema, &schema) != nil || schema.Type != "object" {
 			return anthropicInvalid("tools.%d.custom.input_schema.type: Input should be 'object'", i)
 		}
-		fn := chatFunction{Name: t.Name}
-		if json.Unmarshal(t.InputSchema, &fn.Parameters) != nil {
-			return anthropicInvalid("tools.%d.custom.input_schema: invalid JSON schema", i)
-		}
+		fn := chatFunction{Name: t.Name, Parameters: t.InputSchema}
 		req.Tools = append(req.Tools, chatTool{Type: "function", Function: fn})
 	}
 	tc := ar.ToolChoice

@@ -13,9 +13,23 @@
 //     prefixed "(choice i) ". After a tool result message (role "tool") the
 //     reply is "The tool returned: <its text>".
 //   - With function tools and tool_choice not "none", the reply is one call to
-//     the first function (or the one tool_choice names), with arguments built
-//     from the function's parameters.properties: string "sample", number and
-//     integer 1, boolean true, anything else null.
+//     the first function (or the one tool_choice names, even after a tool
+//     result, which is otherwise answered in text), with arguments built
+//     from the function's parameters schema: string "sample", number and
+//     integer 1, boolean true, nested objects and arrays filled in the same
+//     way (see structured output below).
+//   - Structured output: with response_format json_schema (OpenAI), the
+//     responseMimeType application/json and responseSchema (Gemini), or a
+//     forced tool (Anthropic, which is how the gateway asks it for JSON), the
+//     reply is a JSON value that validates against the schema: every declared
+//     property, strings "sample" (a valid example for the common formats,
+//     lengths met), numbers and integers 1 (moved into minimum and maximum),
+//     booleans true, enum and const their first value, arrays one item (or
+//     minItems), anyOf and oneOf their first branch, allOf merged, $ref
+//     followed into $defs. json_object (or JSON without a schema) answers
+//     {"answer": "<the last user message>"}. The JSON is indented, so it
+//     streams in several chunks and counts several tokens; "(choice i)"
+//     prefixes are left out.
 //   - stop cuts the text before the first stop sequence (finish_reason "stop");
 //     max_tokens / max_completion_tokens truncate it (finish_reason "length").
 //   - Tokens are whitespace-separated words. prompt_tokens counts the words of

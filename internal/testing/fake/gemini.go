@@ -670,6 +670,9 @@ func (req *geminiRequest) chat(model string) *chatRequest {
 				c.stops = append(c.stops, s)
 			}
 		}
+		if g.ResponseMimeType == "application/json" {
+			c.jsonOut, c.schema = true, g.ResponseSchema
+		}
 	}
 	c.tool = req.chooseFunction()
 	return c
@@ -739,28 +742,10 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// geminiChatFunction converts a declaration for sampleArguments, lowering
-// Gemini's upper-case type names to JSON Schema's.
+// geminiChatFunction converts a declaration for sampleArguments (which
+// reads Gemini's upper-case type names too).
 func geminiChatFunction(fd geminiFunctionDeclaration) *chatFunction {
-	f := &chatFunction{Name: fd.Name}
-	var params struct {
-		Properties map[string]struct {
-			Type string `json:"type"`
-		} `json:"properties"`
-	}
-	_ = json.Unmarshal(fd.Parameters, &params)
-	for name, p := range params.Properties {
-		if f.Parameters.Properties == nil {
-			f.Parameters.Properties = map[string]struct {
-				Type json.RawMessage `json:"type"`
-			}{}
-		}
-		t, _ := json.Marshal(strings.ToLower(p.Type))
-		f.Parameters.Properties[name] = struct {
-			Type json.RawMessage `json:"type"`
-		}{Type: t}
-	}
-	return f
+	return &chatFunction{Name: fd.Name, Parameters: fd.Parameters}
 }
 
 // Response wire types.

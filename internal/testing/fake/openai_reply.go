@@ -1,7 +1,6 @@
 package fake
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -70,6 +69,8 @@ func generate(req *chatRequest, body []byte, chunks int) *reply {
 	case req.tool != nil:
 		args, nargs = sampleArguments(req.tool)
 		frags = splitArguments(args, argumentFragments)
+	case req.jsonOut:
+		base = sampleText(req.schema, lastUserText(req.Messages))
 	case last.Role == "tool":
 		base = "The tool returned: " + last.text()
 	default:
@@ -86,7 +87,7 @@ func generate(req *chatRequest, body []byte, chunks int) *reply {
 			c.finish = "tool_calls"
 		} else {
 			text := base
-			if i > 0 {
+			if i > 0 && !req.jsonOut { // a prefix would spoil the JSON
 				text = "(choice " + strconv.Itoa(i) + ") " + text
 			}
 			c.pieces, c.finish = shapeText(strings.TrimSpace(text), req, chunks)
@@ -175,47 +176,20 @@ func splitPieces(s string) []string {
 	return pieces
 }
 
-// sampleArguments builds a JSON object with a placeholder value per declared
-// parameter: string "sample", number and integer 1, boolean true, anything
-// else null. Keys come out sorted (encoding/json sorts map keys), which keeps
-// the arguments deterministic.
+// sampleArguments builds the arguments of a call to f from its parameters
+// schema (sampleJSON: string "sample", number and integer 1, boolean true,
+// nested objects and arrays filled in), returning them and how many there
+// are. Keys come out sorted, which keeps the arguments deterministic.
 func sampleArguments(f *chatFunction) (string, int) {
-	args := make(map[string]any, len(f.Parameters.Properties))
-	for name, p := range f.Parameters.Properties {
-		var v any
-		switch jsonType(p.Type) {
-		case "string":
-			v = "sample"
-		case "number", "integer":
-			v = 1
-		case "boolean":
-			v = true
-		}
-		args[name] = v
+	args, ok := sampleJSON(f.Parameters, false, "").(map[string]any)
+	if !ok {
+		args = map[string]any{}
 	}
 	b, err := json.Marshal(args)
-	if err != nil { // cannot happen: only strings, numbers, bools and nulls
+	if err != nil { // cannot happen: only JSON values
 		panic(err)
 	}
 	return string(b), len(args)
-}
-
-// jsonType returns a JSON Schema "type": the name itself, or the first
-// non-null name of an array such as ["string", "null"].
-func jsonType(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var list []string
-	_ = json.Unmarshal(raw, &list)
-	for _, t := range list {
-		if t != "null" {
-			return t
-		}
-	}
-	return ""
 }
 
 // splitArguments cuts a tool call's arguments into a few stream fragments, on

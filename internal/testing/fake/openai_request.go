@@ -22,14 +22,24 @@ type chatRequest struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	Tools      []chatTool      `json:"tools"`
-	ToolChoice json.RawMessage `json:"tool_choice"`
+	Tools          []chatTool      `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	ResponseFormat *struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	} `json:"response_format"`
 
 	// Derived by parseChatRequest.
 	n        int
 	maxWords int // -1: unlimited
 	stops    []string
 	tool     *chatFunction // the function to call, nil to answer in text
+	// jsonOut: answer in JSON (response_format json_object or json_schema,
+	// or the vendors' equivalents), following schema when it is set.
+	jsonOut bool
+	schema  json.RawMessage
 }
 
 type chatMessage struct {
@@ -43,12 +53,8 @@ type chatTool struct {
 }
 
 type chatFunction struct {
-	Name       string `json:"name"`
-	Parameters struct {
-		Properties map[string]struct {
-			Type json.RawMessage `json:"type"` // a type name or an array of them
-		} `json:"properties"`
-	} `json:"parameters"`
+	Name       string          `json:"name"`
+	Parameters json.RawMessage `json:"parameters"` // a JSON Schema
 }
 
 // maxChoices is OpenAI's limit on n.
@@ -106,6 +112,21 @@ func parseChatRequest(body []byte) (*chatRequest, *apierror.Error) {
 	}
 	req.stops = stops
 
+	if rf := req.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "text":
+		case "json_object":
+			req.jsonOut = true
+		case "json_schema":
+			if rf.JSONSchema == nil {
+				return nil, apierror.MissingParam("response_format.json_schema")
+			}
+			req.jsonOut, req.schema = true, rf.JSONSchema.Schema
+		default:
+			return nil, apierror.InvalidParam("response_format.type", "Invalid value: '%s'. Supported values are: 'text', 'json_object' and 'json_schema'.", rf.Type)
+		}
+	}
+
 	tool, aerr := chooseTool(&req)
 	if aerr != nil {
 		return nil, aerr
@@ -142,7 +163,9 @@ func parseStop(raw json.RawMessage) ([]string, bool) {
 
 // chooseTool decides whether the reply is a tool call and to which function:
 // only when there are function tools, tool_choice is not "none", and the
-// conversation does not end with a tool result (which is answered in text).
+// conversation does not end with a tool result (which is answered in text)
+// unless tool_choice names the function, which forces the call whatever came
+// before (as the gateway's structured output through Anthropic relies on).
 func chooseTool(req *chatRequest) (*chatFunction, *apierror.Error) {
 	var funcs []*chatFunction
 	for i := range req.Tools {
@@ -184,7 +207,7 @@ func chooseTool(req *chatRequest) (*chatFunction, *apierror.Error) {
 		}
 	}
 
-	if len(funcs) == 0 || req.Messages[len(req.Messages)-1].Role == "tool" {
+	if len(funcs) == 0 || (named == "" && req.Messages[len(req.Messages)-1].Role == "tool") {
 		return nil, nil
 	}
 	for _, f := range funcs {

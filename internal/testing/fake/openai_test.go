@@ -78,7 +78,7 @@ func TestChatCompletion(t *testing.T) {
 		name: "tool call",
 		body: `{"model":"m",` + weatherTools + `,"messages":[{"role":"user","content":"weather in Paris?"}]}`,
 		want: want{content: []string{""}, finish: "tool_calls", usage: gotUsage{3, 6, 9}, toolName: "get_weather",
-			toolArgs: `{"city":"sample","days":1,"extra":null,"metric":true,"scale":1}`},
+			toolArgs: `{"city":"sample","days":1,"extra":{},"metric":true,"scale":1}`},
 	}, {
 		name: "tool_choice names a function",
 		body: `{"model":"m",` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"get_time"}},"messages":[{"role":"user","content":"time?"}]}`,
