@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -81,6 +82,35 @@ type Cache struct {
 	// is unchanged since the read began. The hit path does not take mu.
 	mu  sync.Mutex
 	gen uint64
+
+	// outageGrace, when positive, keeps cached keys answering while Watch
+	// cannot read the store, for at most this long after the last poll
+	// that succeeded (verified, Unix nanoseconds of its start; 0 before
+	// the first). See SetOutageGrace.
+	outageGrace time.Duration
+	verified    atomic.Int64
+}
+
+// SetOutageGrace makes the cache keep answering from what it holds for up
+// to d after Watch last read the store's change counter, instead of
+// dropping everything at the first failed poll: a database that blinks
+// then fails no request whose key is cached. The price is the bound: a
+// key revoked while this process cannot read the store is honoured for at
+// most d after its revocation (the last successful poll saw the state
+// before it), and never past its entry's TTL. Past d, lookups go to the
+// store again (and fail while it is down). Call it before Watch; 0 (the
+// default) drops the cache at the first failed poll.
+func (c *Cache) SetOutageGrace(d time.Duration) { c.outageGrace = max(d, 0) }
+
+// fresh reports whether cached hits may answer: always without an outage
+// grace or before Watch first succeeds, else while the last successful
+// poll is within the grace.
+func (c *Cache) fresh() bool {
+	if c.outageGrace <= 0 {
+		return true
+	}
+	v := c.verified.Load()
+	return v == 0 || time.Since(time.Unix(0, v)) <= c.outageGrace
 }
 
 // NewCache returns a Cache of up to size hits and size misses in front of s.
@@ -118,7 +148,7 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 		return Key{}, ErrNotFound
 	}
 	h := HashSecret(secret)
-	if k, ok := c.hits.Get(h); ok {
+	if k, ok := c.hits.Get(h); ok && c.fresh() {
 		if k.Expired(time.Now()) {
 			c.hits.Remove(h)
 			return Key{}, ErrNotFound
@@ -165,7 +195,7 @@ func (c *Cache) Invalidate() {
 // LookupOwner is Source.LookupOwner answered from the cache when possible;
 // only found keys are cached.
 func (c *Cache) LookupOwner(ctx context.Context, owner string) (Key, error) {
-	if k, ok := c.owners.Get(owner); ok {
+	if k, ok := c.owners.Get(owner); ok && c.fresh() {
 		if !k.Expired(time.Now()) {
 			return k, nil
 		}
@@ -186,12 +216,17 @@ func (c *Cache) LookupOwner(ctx context.Context, owner string) (Key, error) {
 // the two seconds the gateway promises.
 const DefaultWatchInterval = 250 * time.Millisecond
 
+// pollTimeout bounds one read of the change counter by Watch.
+const pollTimeout = 5 * time.Second
+
 // Watch polls the store's change counter every interval (non-positive:
 // DefaultWatchInterval) until ctx is done, and invalidates the cache
-// whenever the counter moves. A failed poll also invalidates it: a process
-// that cannot see changes must not keep answering from what may be a stale
-// view, so lookups go to the store (and fail there, visibly, if it is
-// broken). onError, if not nil, is told about failed polls.
+// whenever the counter moves. A failed poll also invalidates it, unless
+// an outage grace is set (SetOutageGrace): a process that cannot see
+// changes must not keep answering from what may be a stale view for
+// longer than that, so lookups go to the store (and fail there, visibly,
+// if it is broken). Each poll is bounded by pollTimeout, so a store that
+// hangs counts as failing. onError, if not nil, is told about failed polls.
 //
 // A Source that is also a Notifier wakes Watch early; the poll stays, as
 // the backstop for lost notifications. Polling one integer is a few
@@ -205,7 +240,17 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 	if n, ok := c.store.(Notifier); ok {
 		notify = n.Notify(ctx)
 	}
-	last, err := c.store.Version(ctx)
+	poll := func() (int64, error) {
+		start := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+		defer cancel()
+		v, err := c.store.Version(pctx)
+		if err == nil {
+			c.verified.Store(start.UnixNano())
+		}
+		return v, err
+	}
+	last, err := poll()
 	if err != nil && onError != nil {
 		onError(err)
 	}
@@ -221,7 +266,7 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 				notify = nil // closed: polling alone from now on
 			}
 		}
-		v, err := c.store.Version(ctx)
+		v, err := poll()
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -230,7 +275,9 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 			if onError != nil {
 				onError(err)
 			}
-			c.Invalidate()
+			if c.outageGrace <= 0 {
+				c.Invalidate()
+			}
 		case v != last:
 			last = v
 			c.Invalidate()
