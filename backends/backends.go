@@ -44,7 +44,10 @@ type Options struct {
 	// BatchPaceAfter times the batch runner's pauses for a key's tokens
 	// per minute (batches.Options.After); nil: time.After.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
-	Logger         *slog.Logger
+	// Files, when set, is the files service to use (fleet storage) instead
+	// of the one in DataDir; Close closes it.
+	Files  *files.Store
+	Logger *slog.Logger
 }
 
 // Service is the running backends.
@@ -72,8 +75,10 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 			s.Close()
 		}
 	}()
-	if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("service", "files")}); err != nil {
-		return nil, err
+	if s.files = opts.Files; s.files == nil {
+		if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("service", "files")}); err != nil {
+			return nil, err
+		}
 	}
 	if s.batches, err = batches.New(ctx, batches.Options{DataDir: opts.DataDir, Files: s.files, Gateway: opts.Gateway,
 		LinesPerDay: opts.BatchLinesPerDay, After: opts.BatchPaceAfter, Logger: log.With("service", "batches")}); err != nil {

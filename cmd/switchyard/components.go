@@ -74,6 +74,7 @@ func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", 0, "largest request body Envoy buffers (default: the configuration default, 32 MiB)")
 	fs.StringVar(&o.NodeID, "node-id", "switchyard-extproc", "node id announced to the control plane")
 	fs.StringVar(&o.Region, "region", "", "home region announced to the control plane, as the Envoy beside it does (default: the config's region)")
+	cfgPath := fs.String("config", "", "configuration file, for its storage section (where the keys are; default: the embedded configuration, SQLite in --data-dir)")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -83,6 +84,11 @@ func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	o.KeyStorage = cfg.Storage
 	o.Logger = logger
 	o.InternalToken = os.Getenv(gateway.InternalTokenEnv)
 	if o.InternalToken == "" {
@@ -106,7 +112,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.DataDir, "data-dir", ".data", "directory of the files, batches and responses databases and file blobs")
 	fs.StringVar(&o.GatewayURL, "gateway-url", "", "the gateway's OpenAI base URL ending in /v1, which batch lines and responses are sent through (required)")
 	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA bundle verifying the gateway's certificate (default: the system roots)")
-	cfgPath := fs.String("config", "", "configuration file, for its tools and tiers sections (default: the embedded configuration)")
+	cfgPath := fs.String("config", "", "configuration file, for its tools, tiers and storage sections (default: the embedded configuration)")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -127,6 +133,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.Tools = cfg.Tools
 	o.Tiers = cfg.Tiers
+	o.FileStorage = cfg.Storage
 	c, err := gateway.StartBackends(ctx, o)
 	if err != nil {
 		return err

@@ -52,7 +52,10 @@ type BackendsOptions struct {
 	Tiers map[string]config.Tier
 	// BatchPaceAfter: see Options.BatchPaceAfter.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
-	Logger         *slog.Logger
+	// FileStorage is where the files service keeps its rows and blobs
+	// (the config's storage section; zero: SQLite and the data directory).
+	FileStorage config.Storage
+	Logger      *slog.Logger
 }
 
 // StartBackends serves the backends until the Component is closed.
@@ -116,8 +119,14 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 			bo.CodeInterpreter = r // never a nil *sandbox.Runner in the interface
 		}
 	}
+	if bo.Files, err = openFleetFiles(ctx, opts.FileStorage, opts.DataDir, log); err != nil {
+		return nil, err
+	}
 	svc, err := backends.New(ctx, bo)
 	if err != nil {
+		if bo.Files != nil {
+			_ = bo.Files.Close()
+		}
 		return nil, err
 	}
 	c.closers = append(c.closers, svc.Close)

@@ -116,7 +116,7 @@ type Options struct {
 
 // Gateway is a running in-process stack.
 type Gateway struct {
-	Keys     *keys.SQLiteStore
+	Keys     KeyStore
 	KeyCache *keys.Cache
 	Control  *controlplane.Server
 	ExtProc  *extproc.Server
@@ -183,16 +183,16 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 		}
 	}
 
-	store, err := keys.OpenSQLite(ctx, opts.DataDir)
+	store, err := OpenKeyStore(ctx, cfg.Storage, opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	g.Keys = store
 	g.closers = append(g.closers, func() { _ = store.Close() })
-	g.KeyCache = keys.NewCache(store, keyCacheSize, keyCacheTTL)
+	g.KeyCache = newKeyCache(store)
 	keyLog := log.With("component", "keys")
 	go g.KeyCache.Watch(runCtx, opts.KeyWatchInterval, func(err error) {
-		keyLog.Warn("key database poll failed; key cache dropped", "error", err)
+		keyLog.Warn("key store poll failed (the key cache is dropped, or on PostgreSQL kept for the outage grace)", "error", err)
 	})
 	g.Metrics = ratelimit.NewMetrics()
 	g.Requests = metrics.NewRequests()
@@ -346,7 +346,8 @@ func Start(ctx context.Context, opts Options) (_ *Gateway, err error) {
 	}
 	if backendsLis != nil {
 		bo := BackendsOptions{Listener: backendsLis, DataDir: opts.DataDir, GatewayURL: g.BaseURL(), Token: token,
-			Tools: cfg.Tools, Tiers: cfg.Tiers, BatchPaceAfter: opts.BatchPaceAfter, Logger: log.With("component", "backends")}
+			Tools: cfg.Tools, Tiers: cfg.Tiers, BatchPaceAfter: opts.BatchPaceAfter, FileStorage: cfg.Storage,
+			Logger: log.With("component", "backends")}
 		if t := g.listener.TLS; t != nil {
 			bo.GatewayCAFile = t.CertFile
 		}
