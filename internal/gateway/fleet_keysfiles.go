@@ -31,7 +31,7 @@ type KeyStore interface {
 
 // KeyOutageGrace is how long a process whose key store is PostgreSQL keeps
 // answering from its key cache while the database cannot be read
-// (keys.Cache.SetOutageGrace): a key revoked meanwhile is honoured at
+// (keys.WithOutageGrace): a key revoked meanwhile is honoured at
 // most this long after its revocation.
 const KeyOutageGrace = 30 * time.Second
 
@@ -60,11 +60,10 @@ func storageDSN(m config.StorageMetadata) (string, error) {
 // newKeyCache is the process's key cache over store: on PostgreSQL it
 // keeps answering cached keys through a database blink (KeyOutageGrace).
 func newKeyCache(store KeyStore) *keys.Cache {
-	c := keys.NewCache(store, keyCacheSize, keyCacheTTL)
 	if _, ok := store.(*keys.PostgresStore); ok {
-		c.SetOutageGrace(KeyOutageGrace)
+		return keys.NewCache(store, keyCacheSize, keyCacheTTL, keys.WithOutageGrace(KeyOutageGrace))
 	}
-	return c
+	return keys.NewCache(store, keyCacheSize, keyCacheTTL)
 }
 
 // openFleetFiles opens the files service on the fleet storage when

@@ -38,9 +38,9 @@ func (b *blinkingSource) Version(ctx context.Context) (int64, error) {
 }
 
 // TestCacheOutageGrace: with an outage grace, a cached key keeps working
-// while the store cannot be read, until the grace after the last
-// successful poll ends; then lookups go to the store and fail. Without
-// one, the first failed poll drops the cache.
+// while the store cannot be read, past its TTL too, until the grace after
+// the last successful poll ends; then lookups go to the store and fail.
+// Without one, the first failed poll drops the cache.
 func TestCacheOutageGrace(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
@@ -55,12 +55,13 @@ func TestCacheOutageGrace(t *testing.T) {
 			s := openStore(t, t.TempDir())
 			secret, _ := mustCreate(t, s, "cached", "free")
 			src := &blinkingSource{Source: s, failures: make(chan struct{}, 1)}
-			c := NewCache(src, 10, time.Minute)
-			c.SetOutageGrace(tt.grace)
+			const ttl = 100 * time.Millisecond
+			c := NewCache(src, 10, ttl, WithOutageGrace(tt.grace))
 			go c.Watch(ctx, 10*time.Millisecond, nil)
 			if _, err := c.Lookup(ctx, secret); err != nil {
 				t.Fatal(err)
 			}
+			filled := time.Now()
 			// Wait for a successful poll, then take the store down and
 			// wait for Watch to see it fail twice (the second failure
 			// comes after the first one was handled).
@@ -85,6 +86,11 @@ func TestCacheOutageGrace(t *testing.T) {
 			}
 			if time.Since(downAt) < tt.grace && err != nil {
 				t.Fatalf("Lookup of a cached key within the grace: %v", err)
+			}
+			// Its TTL ends during the outage: it still answers.
+			time.Sleep(time.Until(filled.Add(ttl + 10*time.Millisecond)))
+			if _, err := c.Lookup(ctx, secret); time.Since(downAt) < tt.grace && err != nil {
+				t.Fatalf("Lookup of a cached key past its TTL within the grace: %v", err)
 			}
 			// Past the grace the cache stops answering: bounded wait.
 			deadline := downAt.Add(tt.grace + 2*time.Second)
