@@ -3,6 +3,7 @@ package keys_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -166,5 +167,83 @@ func TestPostgresNotifyReconnects(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the channel was not closed when ctx ended")
+	}
+}
+
+// TestPostgresBlinkKeepsCachedKeys: while the database refuses every
+// connection (its sessions killed and new ones barred), a Cache with an
+// outage grace keeps answering the keys it holds and cannot verify the
+// others; once the database is back, it works as before.
+func TestPostgresBlinkKeepsCachedKeys(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dsn := pgtest.DSN(t)
+	s := openPostgres(t, dsn)
+	secret, _, err := s.Issue(ctx, keys.Spec{Name: "cached", Tier: "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := s.Issue(ctx, keys.Spec{Name: "not cached", Tier: "free"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := make(chan struct{}, 1)
+	c := keys.NewCache(s, 0, time.Minute, keys.WithOutageGrace(time.Minute))
+	go c.Watch(ctx, 20*time.Millisecond, func(error) {
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+	})
+	if _, err := c.Lookup(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+
+	// The database is barred from another one: PostgreSQL refuses it
+	// from a session of its own.
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := cfg.Database
+	cfg.Database = "postgres"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	allow := func(on bool) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s ALLOW_CONNECTIONS %t", pgx.Identifier{db}.Sanitize(), on)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allow(false)
+	defer allow(true)
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, db); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Watch did not notice the database was gone")
+	}
+	if _, err := c.Lookup(ctx, secret); err != nil {
+		t.Errorf("Lookup of a cached key while the database is down: %v", err)
+	}
+	if _, err := c.Lookup(ctx, other); err == nil || errors.Is(err, keys.ErrNotFound) {
+		t.Errorf("Lookup of a key not cached while the database is down: err = %v, want the store's error", err)
+	}
+	allow(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := c.Lookup(ctx, other)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Lookup once the database is back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
