@@ -60,7 +60,10 @@ type Options struct {
 	// fails.
 	ResponsesStore responses.Store
 	VectorStore    vectorstores.Store
-	Logger         *slog.Logger
+	// Files, when set, is the files service to use (fleet storage) instead
+	// of the one in DataDir; Close closes it.
+	Files  *files.Store
+	Logger *slog.Logger
 }
 
 // Service is the running backends.
@@ -97,8 +100,10 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 			_ = vecStore.Close()
 		}
 	}()
-	if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("service", "files")}); err != nil {
-		return nil, err
+	if s.files = opts.Files; s.files == nil {
+		if s.files, err = files.Open(ctx, opts.DataDir, files.Options{Logger: log.With("service", "files")}); err != nil {
+			return nil, err
+		}
 	}
 	if s.batches, err = batches.New(ctx, batches.Options{DataDir: opts.DataDir, Files: s.files, Gateway: opts.Gateway,
 		Store: opts.BatchStore, Results: opts.BatchResults, Lease: opts.BatchLease,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -32,14 +33,10 @@ const fleetDSNEnv = "SWITCHYARD_E2E_PG_DSN"
 // directory for what is not on Postgres in this branch (keys, files, the
 // data key), standing in for the fleet's shared key and file stores.
 func TestResponsesAndVectorStoresAcrossReplicas(t *testing.T) {
-	// Registered first, run last: the test's Postgres stops when it ends
-	// (this package has no TestMain to stop it).
-	t.Cleanup(func() {
-		if err := pgtest.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	// The package's TestMain stops the test Postgres.
 	t.Setenv(fleetDSNEnv, pgtest.DSN(t))
+	// Replicas of a fleet share the data key (files refuse to start without one).
+	t.Setenv(envelope.EnvKey, envelope.EncodeKey(make([]byte, envelope.KeySize)))
 	extra := fmt.Sprintf(`  - id: demo/embed
     capabilities: [embeddings]
     context_window: 8191

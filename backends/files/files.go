@@ -202,7 +202,7 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
 	s := New(meta, blobs, ring, opts)
-	if err := s.reconcile(ctx); err != nil {
+	if err := s.reconcile(ctx, 0); err != nil {
 		meta.Close()
 		return nil, fmt.Errorf("files: open: %w", err)
 	}
@@ -609,18 +609,63 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	}
 }
 
+// SweepLocker is implemented by a Metadata that several processes share
+// (PostgresMetadata): the sweeper runs only while holding its lock, so one
+// replica sweeps at a time, and the others skip their turn.
+type SweepLocker interface {
+	// TrySweepLock takes the lock without waiting; ok is false when
+	// another process holds it. release gives it back.
+	TrySweepLock(ctx context.Context) (release func(), ok bool, err error)
+}
+
+// Bounds of the orphan clean-up a shared store runs from the sweeper.
+const (
+	// OrphanMinAge: a blob without a row is removed only once it is this
+	// old. Another replica's upload has its blob before its row (commit),
+	// for as long as the insert takes; an hour is far beyond that.
+	OrphanMinAge = time.Hour
+	// orphanEvery is how often a replica holding the sweep lock looks for
+	// orphans (and once when it starts).
+	orphanEvery = 24 * time.Hour
+)
+
 // Run sweeps expired files now and then every SweepInterval until ctx ends;
 // it returns nil then. The owner of the Store runs it in a goroutine.
+//
+// On a shared Metadata (a SweepLocker) each round runs only under the
+// sweep lock, so one replica sweeps at a time; the replica holding it also
+// removes, at its first round and then daily, the blobs without a row
+// older than OrphanMinAge (what a crashed replica's upload or delete left).
 func (s *Store) Run(ctx context.Context) error {
 	t := time.NewTicker(s.sweepEvery)
 	defer t.Stop()
+	locker, shared := s.meta.(SweepLocker)
+	var orphansAt time.Time
 	for {
-		n, err := s.Sweep(ctx, s.now())
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.log.Error("files: sweep expired files", "err", err)
-		case n > 0:
-			s.log.Info("files: swept expired files", "count", n)
+		release := func() {}
+		ok := true
+		if shared {
+			var err error
+			release, ok, err = locker.TrySweepLock(ctx)
+			if err != nil && ctx.Err() == nil {
+				s.log.Error("files: take the sweep lock", "err", err)
+			}
+		}
+		if ok {
+			n, err := s.Sweep(ctx, s.now())
+			switch {
+			case err != nil && ctx.Err() == nil:
+				s.log.Error("files: sweep expired files", "err", err)
+			case n > 0:
+				s.log.Info("files: swept expired files", "count", n)
+			}
+			if shared && (orphansAt.IsZero() || time.Since(orphansAt) >= orphanEvery) {
+				orphansAt = time.Now()
+				if err := s.reconcile(ctx, OrphanMinAge); err != nil && ctx.Err() == nil {
+					s.log.Error("files: remove blobs without a row", "err", err)
+				}
+			}
+			release()
 		}
 		select {
 		case <-ctx.Done():
@@ -633,8 +678,10 @@ func (s *Store) Run(ctx context.Context) error {
 // reconcile removes the blobs a crash left without a row (a Create that
 // never inserted it, a Delete that never removed the blob) and finishes
 // the sealing of legacy blobs a crash interrupted. Keys that are not file
-// ids are not ours and are left alone.
-func (s *Store) reconcile(ctx context.Context) error {
+// ids are not ours and are left alone. minAge > 0 spares blobs younger
+// than that: on a shared store, another process may be between its Put
+// and its Insert.
+func (s *Store) reconcile(ctx context.Context, minAge time.Duration) error {
 	removed := 0
 	for b, err := range s.blobs.List(ctx, idPrefix) {
 		if err != nil {
@@ -646,7 +693,7 @@ func (s *Store) reconcile(ctx context.Context) error {
 			}
 			continue
 		}
-		if !wellFormedID(b.Key) {
+		if !wellFormedID(b.Key) || (minAge > 0 && time.Since(b.Modified) < minAge) {
 			continue
 		}
 		ok, err := s.meta.Exists(ctx, b.Key)

@@ -76,6 +76,7 @@ func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", 0, "largest request body Envoy buffers (default: the configuration default, 32 MiB)")
 	fs.StringVar(&o.NodeID, "node-id", "switchyard-extproc", "node id announced to the control plane")
 	fs.StringVar(&o.Region, "region", "", "home region announced to the control plane, as the Envoy beside it does (default: the config's region)")
+	cfgPath := fs.String("config", "", "configuration file, for its storage section (where the keys are; default: the embedded configuration, SQLite in --data-dir)")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector URL traces are exported to, http://host:4317 or https://… (default: no tracing; as the configuration's observability.tracing.otlp_endpoint)")
@@ -93,6 +94,11 @@ func cmdExtProc(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	o.KeyStorage = cfg.Storage
 	o.Logger = logger
 	o.InternalToken = os.Getenv(gateway.InternalTokenEnv)
 	if o.InternalToken == "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,6 +21,8 @@ import (
 func TestBackendsCommandUsesPostgres(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	t.Setenv("SY_TEST_PG_DSN", dsn)
+	// Replicas of a fleet share the data key (files refuse to start without one).
+	t.Setenv(envelope.EnvKey, envelope.EncodeKey(make([]byte, envelope.KeySize)))
 	t.Setenv(gateway.InternalTokenEnv, strings.Repeat("t", 32))
 	cfg := filepath.Join(t.TempDir(), "fleet.yaml")
 	src := string(mustRead(t, "../../internal/config/default.yaml")) +

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/admin"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	usagedb "github.com/switchyard-ai/switchyard/internal/usage"
 )
@@ -18,10 +19,10 @@ const keysUsage = `switchyard keys: manage API keys (works while a gateway runs 
 
   keys create   --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models a/b,c/d]
                 [--monthly-budget USD] [--budget-alert RATIO] [--config FILE]
-  keys list     --data-dir DIR
-  keys show     --data-dir DIR KEY_OR_ID
-  keys revoke   --data-dir DIR KEY_OR_ID
-  keys rotate   --data-dir DIR [--grace 24h] KEY_OR_ID
+  keys list     --data-dir DIR [--config FILE]
+  keys show     --data-dir DIR [--config FILE] KEY_OR_ID
+  keys revoke   --data-dir DIR [--config FILE] KEY_OR_ID
+  keys rotate   --data-dir DIR [--grace 24h] [--config FILE] KEY_OR_ID
   keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models a/b,c/d|*]
                 [--monthly-budget USD] [--budget-alert RATIO] [--config FILE] KEY_OR_ID TIER
 
@@ -34,6 +35,8 @@ dollars at the models' pricing (0: no budget); --budget-alert is the fraction
 of it past which the gateway logs a warning (default 0.8). set-tier keeps the
 budget unless they are given.
 Revocations, rotations and tier changes reach running gateways within 2 s.
+With a --config whose storage.metadata.kind is postgres, the keys are in
+PostgreSQL (every replica's) and --data-dir is not used.
 `
 
 // keyStore is what the keys command needs of the key store: the admin API's
@@ -52,8 +55,15 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, keysUsage) }
-	dataDir := fs.String("data-dir", ".data", "directory holding the key database")
-	openStore := func() (keyStore, error) { return keys.OpenSQLite(ctx, *dataDir) }
+	dataDir := fs.String("data-dir", ".data", "directory holding the key database (SQLite storage)")
+	cfgPath := fs.String("config", "", "configuration: its storage section says where the keys are (PostgreSQL: the DSN from the variable storage.metadata.dsn_env names), its tiers and models which are allowed (default: the embedded one, SQLite in --data-dir)")
+	openStore := func() (keyStore, error) {
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		return gateway.OpenKeyStore(ctx, cfg.Storage, *dataDir)
+	}
 
 	switch sub {
 	case "create":
@@ -63,7 +73,6 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		tpm := fs.Int64("tpm", 0, "tokens per minute for this key (0: the tier's)")
 		models := fs.String("models", "", "comma-separated model ids the key may use (default: all)")
 		budget := budgetFlags(fs)
-		cfgPath := fs.String("config", "", "configuration whose tiers and models are allowed (default: the embedded one)")
 		if _, err := parseArgs(fs, args[1:], 0); err != nil {
 			return err
 		}
@@ -169,7 +178,6 @@ func cmdKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		tpm := fs.Int64("tpm", 0, "tokens per minute for this key (0: the tier's)")
 		models := fs.String("models", "", `comma-separated model ids the key may use ("*": all; default: unchanged)`)
 		budget := budgetFlags(fs)
-		cfgPath := fs.String("config", "", "configuration whose tiers and models are allowed (default: the embedded one)")
 		pos, err := parseArgs(fs, args[1:], 2)
 		if err != nil {
 			return err

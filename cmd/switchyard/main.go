@@ -23,10 +23,10 @@ Usage:
                  [--admin-listen ADDR] [--admin-token-file FILE] [--ratelimit-addr ADDR] [--xds-listen ADDR]
   switchyard validate [--config FILE] [--skip-credentials] [--check-connections]
   switchyard keys create --data-dir DIR --name NAME [--tier TIER] [--rpm N] [--tpm N] [--models IDS] [--monthly-budget USD] [--budget-alert R] [--config FILE]
-  switchyard keys list --data-dir DIR
-  switchyard keys show --data-dir DIR KEY_OR_ID
-  switchyard keys revoke --data-dir DIR KEY_OR_ID
-  switchyard keys rotate --data-dir DIR [--grace 24h] KEY_OR_ID
+  switchyard keys list --data-dir DIR [--config FILE]
+  switchyard keys show --data-dir DIR [--config FILE] KEY_OR_ID
+  switchyard keys revoke --data-dir DIR [--config FILE] KEY_OR_ID
+  switchyard keys rotate --data-dir DIR [--grace 24h] [--config FILE] KEY_OR_ID
   switchyard keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models IDS] [--monthly-budget USD] [--budget-alert R] [--config FILE] KEY_OR_ID TIER
   switchyard usage --data-dir DIR [--key KEY_OR_ID] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format json|csv]
   switchyard datakey status|rotate|rewrap|retire --data-dir DIR
@@ -35,8 +35,8 @@ Usage:
   switchyard envoy snapshot [--config FILE]
   switchyard envoy validate [--bootstrap FILE] [--config FILE]
   switchyard controlplane [--config FILE] [--listen ADDR] [--health ADDR]
-  switchyard extproc [--xds ADDR] [--listen ADDR|unix:PATH] [--data-dir DIR] [--ratelimit ADDR] [--health ADDR]
-  switchyard backends --gateway-url URL [--listen ADDR] [--data-dir DIR] [--gateway-ca-file FILE] [--health ADDR]
+  switchyard extproc [--config FILE] [--xds ADDR] [--listen ADDR|unix:PATH] [--data-dir DIR] [--ratelimit ADDR] [--health ADDR]
+  switchyard backends --gateway-url URL [--config FILE] [--listen ADDR] [--data-dir DIR] [--gateway-ca-file FILE] [--health ADDR]
 
 extproc and backends share the internal token in SWITCHYARD_INTERNAL_TOKEN
 (run generates one when it is unset).

@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
 // defaultShutdownGrace is how long a draining gateway lets requests in
@@ -193,7 +194,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "Admin API at %s/admin/v1/keys (token: %s)\n", u, tokenSource)
 	}
 	if *demoKey {
-		secret, _, err := g.Keys.Create(ctx, "demo", "standard")
+		secret, _, err := g.Keys.Issue(ctx, keys.Spec{Name: "demo", Tier: "standard"})
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -49,6 +50,8 @@ func TestBatchTakeoverSIGKILL(t *testing.T) {
 	const n = 200
 	const token = "internal-token-for-takeover"
 	t.Setenv("SY_TEST_PG_DSN", pgtest.DSN(t))
+	// Replicas of a fleet share the data key (files refuse to start without one).
+	t.Setenv(envelope.EnvKey, envelope.EncodeKey(make([]byte, envelope.KeySize)))
 	t.Setenv("SWITCHYARD_INTERNAL_TOKEN", token)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "fleet.yaml")

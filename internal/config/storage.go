@@ -9,9 +9,8 @@ import (
 // Storage says where the stores (keys, files, batches, responses, vector
 // stores) keep their state: embedded (SQLite and files under --data-dir,
 // one node) or fleet (PostgreSQL for metadata and an S3-compatible object
-// store for blobs, shared by every replica). The store implementations on
-// the fleet engines are not wired yet: today only `switchyard validate
-// --check-connections` uses the fleet settings.
+// store for blobs, shared by every replica). internal/gateway opens the
+// stores it names (docs/operations.md, "Embedded and fleet storage").
 type Storage struct {
 	Metadata StorageMetadata `yaml:"metadata" json:"metadata,omitzero"`
 	Blobs    StorageBlobs    `yaml:"blobs" json:"blobs,omitzero"`

@@ -136,21 +136,30 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 			bo.CodeInterpreter = r // never a nil *sandbox.Runner in the interface
 		}
 	}
-	bo.BatchLease = opts.BatchLease
-	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
+	if bo.Files, err = openFleetFiles(ctx, opts.Storage, opts.DataDir, log); err != nil {
 		return nil, err
 	}
-	if bo.ResponsesStore, bo.VectorStore, err = fleetResponsesStores(ctx, opts.Storage, bo.EmbeddingModel != "", log); err != nil {
+	// The stores opened here are the service's once New succeeds.
+	closeStores := func() {
+		if bo.Files != nil {
+			_ = bo.Files.Close()
+		}
 		if bo.BatchStore != nil {
 			_ = bo.BatchStore.Close()
 		}
+	}
+	bo.BatchLease = opts.BatchLease
+	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
+		closeStores()
+		return nil, err
+	}
+	if bo.ResponsesStore, bo.VectorStore, err = fleetResponsesStores(ctx, opts.Storage, bo.EmbeddingModel != "", log); err != nil {
+		closeStores()
 		return nil, err
 	}
 	svc, err := backends.New(ctx, bo)
 	if err != nil {
-		if bo.BatchStore != nil {
-			_ = bo.BatchStore.Close()
-		}
+		closeStores()
 		return nil, err
 	}
 	c.closers = append(c.closers, svc.Close)

@@ -23,7 +23,6 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/adsclient"
 	"github.com/switchyard-ai/switchyard/internal/catalog"
 	"github.com/switchyard-ai/switchyard/internal/config"
-	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
 	"github.com/switchyard-ai/switchyard/internal/tracing"
 	"github.com/switchyard-ai/switchyard/ratelimit"
@@ -138,7 +137,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 // plane and extproc over xDS; key changes reach every extproc at its next
 // poll of the key database.
 func serveControlPlaneAdmin(ctx context.Context, c *Component, cp *controlplane.Server, opts ControlPlaneOptions, log *slog.Logger) error {
-	store, err := keys.OpenSQLite(ctx, opts.DataDir)
+	store, err := OpenKeyStore(ctx, opts.Config.Storage, opts.DataDir)
 	if err != nil {
 		return err
 	}
@@ -186,7 +185,10 @@ type ExtProcOptions struct {
 	// (docs/backends-design.md); empty: no backend calls are accepted and
 	// backend routes get no token.
 	InternalToken string
-	Logger        *slog.Logger
+	// KeyStorage is where the keys are (the config's storage section;
+	// zero: the SQLite database in DataDir).
+	KeyStorage config.Storage
+	Logger     *slog.Logger
 	// Tracing, when it names a collector, exports extproc's spans
 	// (service switchyard-extproc).
 	Tracing *config.Tracing
@@ -214,14 +216,14 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.closers = append(c.closers, cancel)
 
-	store, err := keys.OpenSQLite(ctx, opts.DataDir)
+	store, err := OpenKeyStore(ctx, opts.KeyStorage, opts.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	c.closers = append(c.closers, func() { _ = store.Close() })
-	cache := keys.NewCache(store, keyCacheSize, keyCacheTTL)
+	cache := newKeyCache(store)
 	go cache.Watch(runCtx, 0, func(err error) {
-		log.Warn("key database poll failed; key cache dropped", "component", "keys", "error", err)
+		log.Warn("key store poll failed (the key cache is dropped, or on PostgreSQL kept for the outage grace)", "component", "keys", "error", err)
 	})
 	rec, usageClosers, err := startUsage(ctx, opts.DataDir, 0, log.With("component", "usage"))
 	if err != nil {

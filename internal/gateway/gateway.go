@@ -123,7 +123,7 @@ type Options struct {
 
 // Gateway is a running in-process stack.
 type Gateway struct {
-	Keys     *keys.SQLiteStore
+	Keys     KeyStore
 	KeyCache *keys.Cache
 	// Usage counts every key's usage and spend (the usage store in the
 	// data directory) and reads it back.
@@ -258,16 +258,16 @@ func (s *startup) logMissingToolCredentials() {
 // of changes made by other processes, and the metrics.
 func (s *startup) startKeys(ctx context.Context) error {
 	g := s.g
-	store, err := keys.OpenSQLite(ctx, s.opts.DataDir)
+	store, err := OpenKeyStore(ctx, s.cfg.Storage, s.opts.DataDir)
 	if err != nil {
 		return err
 	}
 	g.Keys = store
 	g.closers = append(g.closers, func() { _ = store.Close() })
-	g.KeyCache = keys.NewCache(store, keyCacheSize, keyCacheTTL)
+	g.KeyCache = newKeyCache(store)
 	keyLog := s.log.With("component", "keys")
 	go g.KeyCache.Watch(s.runCtx, s.opts.KeyWatchInterval, func(err error) {
-		keyLog.Warn("key database poll failed; key cache dropped", "error", err)
+		keyLog.Warn("key store poll failed (the key cache is dropped, or on PostgreSQL kept for the outage grace)", "error", err)
 	})
 	// The usage store closes after extproc stops (closers run in reverse),
 	// so the usage of the last requests is written.

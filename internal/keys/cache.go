@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
@@ -70,17 +71,61 @@ type Notifier interface {
 // A Cache is safe for concurrent use.
 type Cache struct {
 	store  Source
-	hits   *expirable.LRU[[sha256.Size]byte, Key]
+	ttl    time.Duration
+	hits   *expirable.LRU[[sha256.Size]byte, cached]
 	misses *expirable.LRU[[sha256.Size]byte, struct{}]
 	// owners caches LookupOwner (batch lines and responses call it per
 	// request); invalidated with the rest.
-	owners *expirable.LRU[string, Key]
+	owners *expirable.LRU[string, cached]
 
 	// mu and gen stop a lookup that read the database before an Invalidate
 	// from caching that now stale answer after it: fills only happen if gen
 	// is unchanged since the read began. The hit path does not take mu.
 	mu  sync.Mutex
 	gen uint64
+
+	// outageGrace, when positive, keeps cached keys answering while the
+	// store cannot be read, for at most this long after the last poll of
+	// Watch that succeeded (verified, Unix nanoseconds of its start; 0
+	// before the first). See WithOutageGrace.
+	outageGrace time.Duration
+	verified    atomic.Int64
+}
+
+// cached is a key as the cache holds it, with when it was read from the
+// store: an entry older than the TTL is asked for again, and answers only
+// when the store cannot (within the outage grace).
+type cached struct {
+	k  Key
+	at time.Time
+}
+
+// CacheOption configures a Cache.
+type CacheOption func(*Cache)
+
+// WithOutageGrace makes the cache keep answering from what it holds for up
+// to d after Watch last read the store's change counter, instead of
+// dropping everything at the first failed poll: hits, including ones past
+// their TTL (kept up to d longer for this), answer while lookups in the
+// store fail, so a store that blinks fails no request whose key was
+// cached. The price is the bound: a key revoked while this process cannot
+// read the store is honoured for at most d after its revocation (the last
+// successful poll saw the state before it). Past d, lookups go to the
+// store (and fail while it is down). Without it (the default), the first
+// failed poll drops the cache.
+func WithOutageGrace(d time.Duration) CacheOption {
+	return func(c *Cache) { c.outageGrace = max(d, 0) }
+}
+
+// fresh reports whether cached entries may answer: always without an
+// outage grace or before Watch first succeeds, else while the last
+// successful poll is within the grace.
+func (c *Cache) fresh() bool {
+	if c.outageGrace <= 0 {
+		return true
+	}
+	v := c.verified.Load()
+	return v == 0 || time.Since(time.Unix(0, v)) <= c.outageGrace
 }
 
 // NewCache returns a Cache of up to size hits and size misses in front of s.
@@ -91,7 +136,7 @@ type Cache struct {
 //
 // Each Cache runs two background goroutines that expire entries; they are
 // never stopped, so create one Cache per process, not per request.
-func NewCache(s Source, size int, ttl time.Duration) *Cache {
+func NewCache(s Source, size int, ttl time.Duration, opts ...CacheOption) *Cache {
 	if size <= 0 {
 		size = DefaultCacheSize
 	}
@@ -102,12 +147,26 @@ func NewCache(s Source, size int, ttl time.Duration) *Cache {
 	if negTTL <= 0 {
 		negTTL = ttl // ttl of 1ns; expirable treats 0 as "never expire"
 	}
-	return &Cache{
-		store:  s,
-		hits:   expirable.NewLRU[[sha256.Size]byte, Key](size, nil, ttl),
-		misses: expirable.NewLRU[[sha256.Size]byte, struct{}](size, nil, negTTL),
-		owners: expirable.NewLRU[string, Key](size, nil, ttl),
+	c := &Cache{store: s, ttl: ttl}
+	for _, o := range opts {
+		o(c)
 	}
+	// Past ttl an entry is only a fallback for the outage grace.
+	keep := ttl + c.outageGrace
+	c.hits = expirable.NewLRU[[sha256.Size]byte, cached](size, nil, keep)
+	c.misses = expirable.NewLRU[[sha256.Size]byte, struct{}](size, nil, negTTL)
+	c.owners = expirable.NewLRU[string, cached](size, nil, keep)
+	return c
+}
+
+// answer reports whether e may answer now: whether it is within its TTL
+// (first) or, when the store has just failed, within the outage grace.
+func (c *Cache) answer(e cached, storeFailed bool) bool {
+	if !c.fresh() {
+		return false
+	}
+	age := time.Since(e.at)
+	return age < c.ttl || (storeFailed && c.outageGrace > 0 && age < c.ttl+c.outageGrace)
 }
 
 // Lookup returns the active key whose secret is secret, from the cache
@@ -118,14 +177,16 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 		return Key{}, ErrNotFound
 	}
 	h := HashSecret(secret)
-	if k, ok := c.hits.Get(h); ok {
-		if k.Expired(time.Now()) {
+	e, hit := c.hits.Get(h)
+	if hit {
+		if e.k.Expired(time.Now()) {
 			c.hits.Remove(h)
 			return Key{}, ErrNotFound
 		}
-		return k, nil
-	}
-	if _, ok := c.misses.Get(h); ok {
+		if c.answer(e, false) {
+			return e.k, nil
+		}
+	} else if _, ok := c.misses.Get(h); ok {
 		return Key{}, ErrNotFound
 	}
 
@@ -136,9 +197,16 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 	k, err := c.store.LookupHash(ctx, h)
 	switch {
 	case err == nil:
-		c.fill(gen, func() { c.hits.Add(h, k) })
+		c.fill(gen, func() { c.hits.Add(h, cached{k: k, at: time.Now()}) })
 	case errors.Is(err, ErrNotFound):
-		c.fill(gen, func() { c.misses.Add(h, struct{}{}) })
+		c.fill(gen, func() {
+			c.hits.Remove(h)
+			c.misses.Add(h, struct{}{})
+		})
+	case hit && c.answer(e, true):
+		// The store is unreachable: the entry Watch has kept valid
+		// answers, within the outage grace.
+		return e.k, nil
 	}
 	return k, err
 }
@@ -165,18 +233,26 @@ func (c *Cache) Invalidate() {
 // LookupOwner is Source.LookupOwner answered from the cache when possible;
 // only found keys are cached.
 func (c *Cache) LookupOwner(ctx context.Context, owner string) (Key, error) {
-	if k, ok := c.owners.Get(owner); ok {
-		if !k.Expired(time.Now()) {
-			return k, nil
+	e, hit := c.owners.Get(owner)
+	if hit {
+		if e.k.Expired(time.Now()) {
+			c.owners.Remove(owner)
+			hit = false
+		} else if c.answer(e, false) {
+			return e.k, nil
 		}
-		c.owners.Remove(owner)
 	}
 	c.mu.Lock()
 	gen := c.gen
 	c.mu.Unlock()
 	k, err := c.store.LookupOwner(ctx, owner)
-	if err == nil {
-		c.fill(gen, func() { c.owners.Add(owner, k) })
+	switch {
+	case err == nil:
+		c.fill(gen, func() { c.owners.Add(owner, cached{k: k, at: time.Now()}) })
+	case errors.Is(err, ErrNotFound):
+		c.fill(gen, func() { c.owners.Remove(owner) })
+	case hit && c.answer(e, true):
+		return e.k, nil
 	}
 	return k, err
 }
@@ -186,12 +262,17 @@ func (c *Cache) LookupOwner(ctx context.Context, owner string) (Key, error) {
 // the two seconds the gateway promises.
 const DefaultWatchInterval = 250 * time.Millisecond
 
+// pollTimeout bounds one read of the change counter by Watch.
+const pollTimeout = 5 * time.Second
+
 // Watch polls the store's change counter every interval (non-positive:
 // DefaultWatchInterval) until ctx is done, and invalidates the cache
-// whenever the counter moves. A failed poll also invalidates it: a process
-// that cannot see changes must not keep answering from what may be a stale
-// view, so lookups go to the store (and fail there, visibly, if it is
-// broken). onError, if not nil, is told about failed polls.
+// whenever the counter moves. A failed poll also invalidates it, unless
+// an outage grace is set (WithOutageGrace): a process that cannot see
+// changes must not keep answering from what may be a stale view for
+// longer than that, so lookups go to the store (and fail there, visibly,
+// if it is broken). Each poll is bounded by pollTimeout, so a store that
+// hangs counts as failing. onError, if not nil, is told about failed polls.
 //
 // A Source that is also a Notifier wakes Watch early; the poll stays, as
 // the backstop for lost notifications. Polling one integer is a few
@@ -205,7 +286,17 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 	if n, ok := c.store.(Notifier); ok {
 		notify = n.Notify(ctx)
 	}
-	last, err := c.store.Version(ctx)
+	poll := func() (int64, error) {
+		start := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+		defer cancel()
+		v, err := c.store.Version(pctx)
+		if err == nil {
+			c.verified.Store(start.UnixNano())
+		}
+		return v, err
+	}
+	last, err := poll()
 	if err != nil && onError != nil {
 		onError(err)
 	}
@@ -221,7 +312,7 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 				notify = nil // closed: polling alone from now on
 			}
 		}
-		v, err := c.store.Version(ctx)
+		v, err := poll()
 		switch {
 		case err != nil:
 			if ctx.Err() != nil {
@@ -230,7 +321,9 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 			if onError != nil {
 				onError(err)
 			}
-			c.Invalidate()
+			if c.outageGrace <= 0 {
+				c.Invalidate()
+			}
 		case v != last:
 			last = v
 			c.Invalidate()

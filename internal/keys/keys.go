@@ -256,36 +256,54 @@ func (s *SQLiteStore) Issue(ctx context.Context, sp Spec) (secret string, k Key,
 
 // insertKey adds a new key to the database inside tx.
 func insertKey(ctx context.Context, tx *sql.Tx, sp Spec, lineage string) (string, Key, error) {
+	k, secret, h, models, err := newKey(sp, lineage)
+	if err != nil {
+		return "", Key{}, err
+	}
+	if _, err := tx.ExecContext(ctx,
+		`INSERT INTO api_keys (id, hash, prefix, name, tier, created_at, rpm, tpm, models, lineage, monthly_budget, budget_alert_ratio)
+		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, h, k.Prefix, k.Name, k.Tier, k.CreatedAt.UnixNano(),
+		nullInt(k.RPM), nullInt(k.TPM), models, nullString(lineage), nullInt(k.MonthlyBudget), nullRatio(k.BudgetAlertRatio)); err != nil {
+		return "", Key{}, fmt.Errorf("keys: create: %w", err)
+	}
+	return secret, k, nil
+}
+
+// newKey validates sp and makes a new key of it: the Key, its secret, the
+// hex SHA-256 to store, and the models column (NULL for none). Every store
+// issues keys through it.
+func newKey(sp Spec, lineage string) (k Key, secret, hash string, models any, err error) {
 	name, tier := strings.TrimSpace(sp.Name), strings.TrimSpace(sp.Tier)
 	if err := validate("name", name, maxNameLen); err != nil {
-		return "", Key{}, err
+		return Key{}, "", "", nil, err
 	}
 	if err := validate("tier", tier, maxTierLen); err != nil {
-		return "", Key{}, err
+		return Key{}, "", "", nil, err
 	}
 	if err := validateLimits(sp.RPM, sp.TPM); err != nil {
-		return "", Key{}, err
+		return Key{}, "", "", nil, err
 	}
 	if err := validateBudget(sp.MonthlyBudget, sp.BudgetAlertRatio); err != nil {
-		return "", Key{}, err
+		return Key{}, "", "", nil, err
 	}
-	models, err := encodeModels(sp.Models)
+	models, err = encodeModels(sp.Models)
 	if err != nil {
-		return "", Key{}, err
+		return Key{}, "", "", nil, err
 	}
-	secret, err := newSecret()
+	secret, err = newSecret()
 	if err != nil {
-		return "", Key{}, err
+		return Key{}, "", "", nil, err
 	}
 	id, err := newID()
 	if err != nil {
-		return "", Key{}, err
+		return Key{}, "", "", nil, err
 	}
 	h := HashSecret(secret)
 	// Round-trip through Unix nanoseconds so that the returned CreatedAt is
 	// exactly what List and Lookup will report later.
 	now := time.Unix(0, time.Now().UnixNano()).UTC()
-	k := Key{
+	k = Key{
 		ID:        id,
 		Prefix:    secret[:displayPrefixLen],
 		Name:      name,
@@ -302,14 +320,7 @@ func insertKey(ctx context.Context, tx *sql.Tx, sp Spec, lineage string) (string
 	if len(k.Models) == 0 {
 		k.Models = nil
 	}
-	if _, err := tx.ExecContext(ctx,
-		`INSERT INTO api_keys (id, hash, prefix, name, tier, created_at, rpm, tpm, models, lineage, monthly_budget, budget_alert_ratio)
-		 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		k.ID, hex.EncodeToString(h[:]), k.Prefix, k.Name, k.Tier, now.UnixNano(),
-		nullInt(k.RPM), nullInt(k.TPM), models, nullString(lineage), nullInt(k.MonthlyBudget), nullRatio(k.BudgetAlertRatio)); err != nil {
-		return "", Key{}, fmt.Errorf("keys: create: %w", err)
-	}
-	return secret, k, nil
+	return k, secret, hex.EncodeToString(h[:]), models, nil
 }
 
 func validate(field, v string, maxLen int) error {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 )
 
 // cliHelperEnv, when set, turns the test binary into a stand-in for
@@ -26,7 +28,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	// The Postgres runs share one throwaway cluster (pgtest).
+	if err := pgtest.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // cliHelper creates ten keys, revoking every other one, and prints

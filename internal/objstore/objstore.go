@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"net/http"
 	"strings"
 	"time"
@@ -368,4 +369,32 @@ func classify(err error) error {
 		return fmt.Errorf("%w (%w)", ErrAccessDenied, err)
 	}
 	return err
+}
+
+// Object describes a stored object.
+type Object struct {
+	Key      string
+	Size     int64
+	Modified time.Time
+}
+
+// Objects yields the objects whose key starts with prefix, in lexical
+// order, a page (up to 1000) at a time, so a large bucket is never held in
+// memory; an error ends the sequence.
+func (s *Store) Objects(ctx context.Context, prefix string) iter.Seq2[Object, error] {
+	return func(yield func(Object, error) bool) {
+		p := s3.NewListObjectsV2Paginator(s.c, &s3.ListObjectsV2Input{Bucket: aws.String(s.bucket), Prefix: aws.String(prefix)})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				yield(Object{}, fmt.Errorf("objstore: list %q: %w", prefix, classify(err)))
+				return
+			}
+			for _, o := range page.Contents {
+				if !yield(Object{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), Modified: aws.ToTime(o.LastModified)}, nil) {
+					return
+				}
+			}
+		}
+	}
 }
