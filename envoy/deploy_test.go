@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/internal/catalog"
 	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
 
@@ -372,31 +373,30 @@ func TestComposeLayout(t *testing.T) {
 	}
 }
 
-// TestKubernetesLayout checks deploy/kubernetes against its Envoy bootstrap
-// and configuration.
+// TestKubernetesLayout renders each overlay of deploy/kubernetes and checks
+// it against its Envoy bootstrap and configuration.
 func TestKubernetesLayout(t *testing.T) {
-	const dir = "../deploy/kubernetes"
-	kust := readYAMLDocs(t, filepath.Join(dir, "kustomization.yaml"))[0]
-	var objects []doc
-	for _, r := range strs(kust["resources"]) {
-		objects = append(objects, readYAMLDocs(t, filepath.Join(dir, r))...)
+	for _, overlay := range kubernetesOverlays {
+		t.Run(overlay, func(t *testing.T) { checkKubernetesLayout(t, overlay) })
 	}
-	// configMapGenerator: ConfigMap name -> key -> file.
+}
+
+func checkKubernetesLayout(t *testing.T, overlay string) {
+	objects := renderOverlay(t, overlay).docs
+	// The rendered ConfigMaps: name -> key -> the source file under
+	// deploy/kubernetes holding exactly that data.
 	configMaps := map[string]map[string]string{}
-	for _, g := range asList(kust["configMapGenerator"]) {
-		files := map[string]string{}
-		for _, f := range strs(get(g, "files")) {
-			key, file, ok := strings.Cut(f, "=")
-			if !ok {
-				key, file = filepath.Base(f), f
-			}
-			if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
-				t.Error(err)
-			}
-			files[key] = filepath.Join(dir, file)
+	for _, o := range objects {
+		if str(o["kind"]) != "ConfigMap" {
+			continue
 		}
-		configMaps[str(get(g, "name"))] = files
+		files := map[string]string{}
+		for key, v := range asDoc(o["data"]) {
+			files[key] = sourceFile(t, str(v))
+		}
+		configMaps[str(get(o, "metadata", "name"))] = files
 	}
+	ops := operatorObjects(t, overlay)
 	find := func(kind, name string) doc {
 		t.Helper()
 		for _, o := range objects {
@@ -529,6 +529,32 @@ func TestKubernetesLayout(t *testing.T) {
 	if got, want := flagValue(epArgs, "--ratelimit"), staticAddress(t, b, controlplane.RateLimitCluster); got != want {
 		t.Errorf("extproc --ratelimit %s, want %s", got, want)
 	}
+	// The rate limit service reaches Redis, with the password Redis requires.
+	rlC := get(deployments["switchyard-ratelimit"], "spec", "template", "spec", "containers", 0).(doc)
+	rdC := get(deployments["switchyard-redis"], "spec", "template", "spec", "containers", 0).(doc)
+	envRef := func(c doc, name string) (value string, ref any) {
+		for _, e := range asList(c["env"]) {
+			if str(get(e, "name")) == name {
+				if r := get(e, "valueFrom", "configMapKeyRef"); r != nil {
+					for _, o := range objects {
+						if str(o["kind"]) == "ConfigMap" && str(get(o, "metadata", "name")) == str(get(r, "name")) {
+							return str(get(o, "data", str(get(r, "key")))), r
+						}
+					}
+				}
+				return str(get(e, "value")), get(e, "valueFrom", "secretKeyRef")
+			}
+		}
+		return "", nil
+	}
+	if got, _ := envRef(rlC, "REDIS_URL"); got != "switchyard-redis:"+svcPort("switchyard-redis") {
+		t.Errorf("ratelimit REDIS_URL %q, want the switchyard-redis Service", got)
+	}
+	_, rlAuth := envRef(rlC, "REDIS_AUTH")
+	_, rdPass := envRef(rdC, "REDIS_PASSWORD")
+	if rlAuth == nil || !mapsEqual(rlAuth, rdPass) || !slices.Contains(strs(rdC["args"]), "$(REDIS_PASSWORD)") || flagValue(strs(rdC["args"]), "--requirepass") != "$(REDIS_PASSWORD)" {
+		t.Errorf("Redis auth: ratelimit REDIS_AUTH from %v, redis REDIS_PASSWORD from %v with args %v: want --requirepass $(REDIS_PASSWORD), both from one Secret key", rlAuth, rdPass, rdC["args"])
+	}
 	// Envoy's readiness probe hits the bootstrap's readiness listener.
 	probe := get(envoyC, "readinessProbe", "httpGet")
 	var probePort string
@@ -586,15 +612,68 @@ func TestKubernetesLayout(t *testing.T) {
 	if typ := str(get(bkSvc, "spec", "type")); (typ != "" && typ != "ClusterIP") || get(bkSvc, "spec", "externalIPs") != nil {
 		t.Errorf("the backends Service is %s (externalIPs %v): it must stay inside the cluster", typ, get(bkSvc, "spec", "externalIPs"))
 	}
-	// Their data: a volume claim, which one pod at a time opens (SQLite).
+	// Their data: with SQLite, a volume claim which one pod at a time opens;
+	// with PostgreSQL and S3, nothing but scratch, and the secrets the
+	// storage: section names.
 	dataVol, _ := volumeIn(bk, bkC, flagValue(bkArgs, "--data-dir"))
-	claim := str(get(dataVol, "persistentVolumeClaim", "claimName"))
-	if claim == "" {
-		t.Fatalf("backends --data-dir is not on a PersistentVolumeClaim: %v", dataVol)
+	fleet := cfg.Storage.Metadata.Kind == config.MetadataPostgres
+	if fleet != (overlay == "fleet") {
+		t.Errorf("overlay %s: storage.metadata.kind %q", overlay, cfg.Storage.Metadata.Kind)
 	}
-	find("PersistentVolumeClaim", claim)
-	if r, ok := get(bkD, "spec", "replicas").(int); !ok || r != 1 || str(get(bkD, "spec", "strategy", "type")) != "Recreate" {
-		t.Errorf("backends: replicas %v, strategy %v; the SQLite stores want exactly one pod, recreated", get(bkD, "spec", "replicas"), get(bkD, "spec", "strategy", "type"))
+	if fleet {
+		if cfg.Storage.Blobs.Kind != config.BlobsS3 {
+			t.Errorf("metadata on PostgreSQL with blobs %q: the files' content would stay on one pod", cfg.Storage.Blobs.Kind)
+		}
+		if get(dataVol, "emptyDir") == nil {
+			t.Errorf("backends --data-dir is on %v, want scratch (emptyDir): state is in PostgreSQL and S3", dataVol)
+		}
+		for _, v := range []string{cfg.Storage.Metadata.DSNEnv, cfg.Storage.Blobs.AccessKeyEnv, cfg.Storage.Blobs.SecretKeyEnv, envelope.EnvKey} {
+			if v != "" && !secretEnv(bkC, ops, v) {
+				t.Errorf("backends: %s is not set from a Secret the operator creates", v)
+			}
+		}
+		if r, _ := get(bkD, "spec", "replicas").(int); r < 3 {
+			t.Errorf("backends: %d replicas, want 3 or more on shared storage", r)
+		}
+	} else {
+		claim := str(get(dataVol, "persistentVolumeClaim", "claimName"))
+		if claim == "" {
+			t.Fatalf("backends --data-dir is not on a PersistentVolumeClaim: %v", dataVol)
+		}
+		find("PersistentVolumeClaim", claim)
+		if r, ok := get(bkD, "spec", "replicas").(int); !ok || r != 1 || str(get(bkD, "spec", "strategy", "type")) != "Recreate" {
+			t.Errorf("backends: replicas %v, strategy %v; the SQLite stores want exactly one pod, recreated", get(bkD, "spec", "replicas"), get(bkD, "spec", "strategy", "type"))
+		}
+	}
+	// The keys: extproc reads them from its --data-dir (SQLite, on a claim
+	// with one gateway pod) or, given the configuration, from PostgreSQL.
+	keysVol, _ := volumeOf(extprocC, flagValue(epArgs, "--data-dir"))
+	if fleet {
+		if f := flagValue(epArgs, "--config"); f == "" {
+			t.Error("extproc has no --config: it would keep keys in its scratch --data-dir, one set per pod")
+		} else if v, key := volumeOf(extprocC, f); configMaps[str(get(v, "configMap", "name"))][key] != cfgFile {
+			t.Errorf("extproc --config %s is not the control plane's %s", f, cfgFile)
+		}
+		if !secretEnv(extprocC, ops, cfg.Storage.Metadata.DSNEnv) {
+			t.Errorf("extproc: %s is not set from a Secret the operator creates", cfg.Storage.Metadata.DSNEnv)
+		}
+		if get(keysVol, "emptyDir") == nil {
+			t.Errorf("extproc --data-dir is on %v, want scratch", keysVol)
+		}
+	} else {
+		claim := str(get(keysVol, "persistentVolumeClaim", "claimName"))
+		if claim == "" {
+			t.Fatalf("extproc --data-dir (the key database) is not on a PersistentVolumeClaim: %v", keysVol)
+		}
+		find("PersistentVolumeClaim", claim)
+		if r, _ := get(deployments["switchyard-envoy"], "spec", "replicas").(int); r != 1 {
+			t.Errorf("gateway: %d replicas on one SQLite key database", r)
+		}
+	}
+	// Every Secret and ConfigMap a pod refers to is rendered or created by
+	// the commands in the overlay's header.
+	for name, d := range deployments {
+		checkReferences(t, name, get(d, "spec", "template", "spec"), objects, ops)
 	}
 	probe = get(bkC, "readinessProbe", "httpGet")
 	if str(get(probe, "path")) != "/healthz" || containerPort(bkC, str(get(probe, "port"))) != port(flagValue(bkArgs, "--health")) {
@@ -680,4 +759,157 @@ func mapsEqual(a, b any) bool {
 		}
 	}
 	return true
+}
+
+func asDoc(v any) doc {
+	d, _ := v.(doc)
+	return d
+}
+
+// sourceFile is the file under deploy/kubernetes whose content is data (a
+// ConfigMap generated from a file of the layout holds it verbatim), or ""
+// for a literal.
+func sourceFile(t *testing.T, data string) string {
+	t.Helper()
+	var found string
+	err := filepath.WalkDir(kubernetesDir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() || found != "" {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && string(b) == data {
+			found = p
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// operatorObjects reads the commands in an overlay's kustomization header
+// that create the Secrets and ConfigMaps it does not render: "Kind/name"
+// -> the keys created.
+func operatorObjects(t *testing.T, overlay string) map[string][]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(kubernetesDir, "overlays", overlay, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	var cur strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		text, ok := strings.CutPrefix(line, "#")
+		if !ok {
+			continue
+		}
+		text, cont := strings.CutSuffix(strings.TrimSpace(text), "\\")
+		cur.WriteString(text + " ")
+		if !cont {
+			cmds = append(cmds, cur.String())
+			cur.Reset()
+		}
+	}
+	out := map[string][]string{}
+	for _, c := range cmds {
+		f := strings.Fields(c)
+		i := slices.Index(f, "create")
+		if len(f) == 0 || f[0] != "kubectl" || i < 0 || i+2 >= len(f) {
+			continue
+		}
+		var kind, name string
+		var keys []string
+		switch {
+		case f[i+1] == "secret" && f[i+2] == "tls" && i+3 < len(f):
+			kind, name, keys = "Secret", f[i+3], []string{"tls.crt", "tls.key"}
+		case f[i+1] == "secret" && f[i+2] == "generic" && i+3 < len(f):
+			kind, name = "Secret", f[i+3]
+		case f[i+1] == "configmap":
+			kind, name = "ConfigMap", f[i+2]
+		default:
+			continue
+		}
+		for _, a := range f {
+			for _, p := range []string{"--from-literal=", "--from-file="} {
+				if rest, ok := strings.CutPrefix(a, p); ok {
+					k, _, _ := strings.Cut(rest, "=")
+					keys = append(keys, k)
+				}
+			}
+		}
+		out[kind+"/"+name] = keys
+	}
+	if len(out) == 0 {
+		t.Fatalf("overlays/%s/kustomization.yaml: no kubectl create commands in its header", overlay)
+	}
+	return out
+}
+
+// secretEnv reports whether container c gets variable v from a Secret the
+// operator creates with that key.
+func secretEnv(c doc, ops map[string][]string, v string) bool {
+	for _, e := range asList(c["env"]) {
+		if str(get(e, "name")) != v {
+			continue
+		}
+		ref := get(e, "valueFrom", "secretKeyRef")
+		return ref != nil && slices.Contains(ops["Secret/"+str(get(ref, "name"))], str(get(ref, "key")))
+	}
+	for _, e := range asList(c["envFrom"]) {
+		if ref := get(e, "secretRef"); ref != nil && str(get(e, "prefix")) == "" && slices.Contains(ops["Secret/"+str(get(ref, "name"))], v) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkReferences: every Secret and ConfigMap (and key) pod refers to is
+// rendered or created by the operator's commands.
+func checkReferences(t *testing.T, owner string, pod any, objects []doc, ops map[string][]string) {
+	t.Helper()
+	exists := func(kind, name, key string) bool {
+		if keys, ok := ops[kind+"/"+name]; ok {
+			return key == "" || slices.Contains(keys, key)
+		}
+		for _, o := range objects {
+			if str(o["kind"]) == kind && str(get(o, "metadata", "name")) == name {
+				return key == "" || get(o, "data", key) != nil || get(o, "stringData", key) != nil
+			}
+		}
+		return false
+	}
+	check := func(kind, name, key string) {
+		if !exists(kind, name, key) {
+			t.Errorf("%s refers to %s %s (key %q), which is neither rendered nor created by the header's commands", owner, kind, name, key)
+		}
+	}
+	for _, list := range []string{"containers", "initContainers"} {
+		for _, c := range asList(get(pod, list)) {
+			for _, e := range asList(get(c, "env")) {
+				if r := get(e, "valueFrom", "secretKeyRef"); r != nil {
+					check("Secret", str(get(r, "name")), str(get(r, "key")))
+				}
+				if r := get(e, "valueFrom", "configMapKeyRef"); r != nil {
+					check("ConfigMap", str(get(r, "name")), str(get(r, "key")))
+				}
+			}
+			for _, e := range asList(get(c, "envFrom")) {
+				if r := get(e, "secretRef"); r != nil {
+					check("Secret", str(get(r, "name")), "")
+				}
+				if r := get(e, "configMapRef"); r != nil {
+					check("ConfigMap", str(get(r, "name")), "")
+				}
+			}
+		}
+	}
+	for _, v := range asList(get(pod, "volumes")) {
+		if n := get(v, "secret", "secretName"); n != nil {
+			check("Secret", str(n), "")
+		}
+		if n := get(v, "configMap", "name"); n != nil {
+			check("ConfigMap", str(n), "")
+		}
+	}
 }
