@@ -196,11 +196,17 @@ func listenerOnPort(t *testing.T, cfg *config.Config, p string) config.Listener 
 	return config.Listener{}
 }
 
-// TestComposeLayout checks deploy/compose against its Envoy bootstrap and
-// configuration.
+// TestComposeLayout checks each compose file of deploy/compose against its
+// Envoy bootstrap and configuration.
 func TestComposeLayout(t *testing.T) {
+	for _, file := range []string{"docker-compose.yaml", "compose.fleet.yaml"} {
+		t.Run(file, func(t *testing.T) { checkComposeLayout(t, file) })
+	}
+}
+
+func checkComposeLayout(t *testing.T, file string) {
 	const dir = "../deploy/compose"
-	docs := readYAMLDocs(t, filepath.Join(dir, "docker-compose.yaml"))
+	docs := readYAMLDocs(t, filepath.Join(dir, file))
 	if len(docs) != 1 {
 		t.Fatalf("%d documents", len(docs))
 	}
@@ -347,8 +353,32 @@ func TestComposeLayout(t *testing.T) {
 		t.Errorf("backends --config is %s, the control plane's %s", got, want)
 	}
 	dataVol := mounts(bkSvc)[flagValue(bkArgs, "--data-dir")]
-	if _, ok := get(docs[0], "volumes", dataVol).(doc); !ok || slices.Contains(strs(epSvc["volumes"]), dataVol+":"+flagValue(epArgs, "--data-dir")) {
+	if cfg.Storage.Metadata.Kind == config.MetadataPostgres {
+		checkComposeFleet(t, docs[0], cfg, cfgFile, hostFile)
+	} else if _, ok := get(docs[0], "volumes", dataVol).(doc); !ok || slices.Contains(strs(epSvc["volumes"]), dataVol+":"+flagValue(epArgs, "--data-dir")) {
 		t.Errorf("backends --data-dir %s is on %q, want a named volume of their own", flagValue(bkArgs, "--data-dir"), dataVol)
+	}
+	// Every image is pinned; every named volume is declared; every
+	// dependency is a service.
+	for name, s := range services {
+		if img := str(get(s, "image")); img == "" || strings.HasSuffix(img, ":latest") || strings.HasSuffix(img, "-latest") || (!strings.Contains(img, ":") && get(s, "build") == nil) {
+			t.Errorf("service %s image %q: want a version tag", name, img)
+		}
+		for _, v := range strs(get(s, "volumes")) {
+			src, _, _ := strings.Cut(v, ":")
+			if !strings.HasPrefix(src, ".") && !strings.HasPrefix(src, "/") && get(docs[0], "volumes", src) == nil {
+				t.Errorf("service %s mounts volume %q, which is not declared", name, src)
+			}
+		}
+		deps := strs(get(s, "depends_on"))
+		for k := range asDoc(get(s, "depends_on")) {
+			deps = append(deps, k)
+		}
+		for _, d := range deps {
+			if services[d] == nil {
+				t.Errorf("service %s depends on %q, which is not a service", name, d)
+			}
+		}
 	}
 	// The web_search vendor is a compose service listening on the base URL's
 	// port, and the backends hold the key it checks.
@@ -910,6 +940,109 @@ func checkReferences(t *testing.T, owner string, pod any, objects []doc, ops map
 		}
 		if n := get(v, "configMap", "name"); n != nil {
 			check("ConfigMap", str(n), "")
+		}
+	}
+}
+
+// checkComposeFleet checks a compose file whose configuration keeps state
+// in PostgreSQL and S3: the services it names exist and agree with it, the
+// secrets are interpolated from the same variables on both sides, and the
+// stateless services run several replicas without volumes for state.
+func checkComposeFleet(t *testing.T, top doc, cfg *config.Config, cfgFile string, hostFile func(doc, string) string) {
+	t.Helper()
+	services := asDoc(top["services"])
+	svc := func(name string) doc {
+		t.Helper()
+		s := asDoc(services[name])
+		if s == nil {
+			t.Fatalf("no service %q", name)
+		}
+		return s
+	}
+	env := func(s doc, k string) string { return str(get(s, "environment", k)) }
+	m, b := cfg.Storage.Metadata, cfg.Storage.Blobs
+	if b.Kind != config.BlobsS3 {
+		t.Fatalf("metadata on PostgreSQL with blobs %q: the files' content would stay in one replica", b.Kind)
+	}
+	for _, name := range []string{"extproc", "backends"} {
+		s := svc(name)
+		args := strs(s["command"])
+		if r, _ := get(s, "deploy", "replicas").(int); r < 3 {
+			t.Errorf("%s: %v replicas, want 3 or more on shared storage", name, get(s, "deploy", "replicas"))
+		}
+		if got := hostFile(s, flagValue(args, "--config")); got != cfgFile {
+			t.Errorf("%s --config is %s, the control plane's %s", name, got, cfgFile)
+		}
+		if env(s, m.DSNEnv) == "" {
+			t.Errorf("%s lacks %s", name, m.DSNEnv)
+		}
+		for _, v := range strs(s["volumes"]) {
+			if src, _, _ := strings.Cut(v, ":"); get(top, "volumes", src) != nil {
+				t.Errorf("%s mounts named volume %s: state belongs in PostgreSQL and S3", name, src)
+			}
+		}
+	}
+	bk := svc("backends")
+	for _, v := range []string{b.AccessKeyEnv, b.SecretKeyEnv, envelope.EnvKey} {
+		if got := env(bk, v); !strings.HasPrefix(got, "${") || !strings.Contains(got, ":?") {
+			t.Errorf("backends %s is %q, want a required variable (${VAR:?...})", v, got)
+		}
+	}
+	// The DSN names the postgres service, its user, database and password.
+	dsn := env(bk, m.DSNEnv)
+	if env(svc("extproc"), m.DSNEnv) != dsn {
+		t.Errorf("extproc and backends have different %s", m.DSNEnv)
+	}
+	pg := svc("postgres")
+	if img := str(pg["image"]); !strings.HasPrefix(img, "postgres:15") {
+		t.Errorf("postgres image %q, want PostgreSQL 15 (what the tests run against)", img)
+	}
+	pass := env(pg, "POSTGRES_PASSWORD")
+	varName := func(v string) string {
+		v = strings.TrimPrefix(v, "${")
+		name, _, _ := strings.Cut(v, ":")
+		return strings.TrimSuffix(name, "}")
+	}
+	want := fmt.Sprintf("postgres://%s:${%s", env(pg, "POSTGRES_USER"), varName(pass))
+	if !strings.HasPrefix(dsn, want) || !strings.Contains(dsn, "}@postgres:5432/"+env(pg, "POSTGRES_DB")+"?") {
+		t.Errorf("%s %q does not name the postgres service's user %s, password ${%s} and database %s", m.DSNEnv, dsn, env(pg, "POSTGRES_USER"), varName(pass), env(pg, "POSTGRES_DB"))
+	}
+	// The bucket endpoint is the S3 service, with the keys it is started
+	// with, and the bucket is made before it serves.
+	u, err := url.Parse(b.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := svc(u.Hostname())
+	s3Args := strs(s3["command"])
+	if got := port(flagValue(s3Args, "--port")); got != u.Port() {
+		t.Errorf("storage.blobs.endpoint %s, but %s listens on port %s", b.Endpoint, u.Hostname(), got)
+	}
+	if varName(flagValue(s3Args, "--access")) != varName(env(bk, b.AccessKeyEnv)) || varName(flagValue(s3Args, "--secret")) != varName(env(bk, b.SecretKeyEnv)) {
+		t.Errorf("the S3 service's keys %s/%s are not the backends' %s/%s", flagValue(s3Args, "--access"), flagValue(s3Args, "--secret"), env(bk, b.AccessKeyEnv), env(bk, b.SecretKeyEnv))
+	}
+	root := s3Args[len(s3Args)-1]
+	var made bool
+	for name := range asDoc(get(s3, "depends_on")) {
+		init := svc(name)
+		made = made || (slices.Contains(strs(init["command"]), path.Join(root, b.Bucket)) && str(get(s3, "depends_on", name, "condition")) == "service_completed_successfully")
+	}
+	if !made {
+		t.Errorf("nothing creates the bucket %s (%s/%s) before %s starts", b.Bucket, root, b.Bucket, u.Hostname())
+	}
+	// Redis requires the password the rate limit service sends.
+	rd, rl := strs(svc("redis")["command"]), svc("ratelimit")
+	if p := flagValue(rd, "--requirepass"); p == "" || varName(p) != varName(env(rl, "REDIS_AUTH")) {
+		t.Errorf("redis --requirepass %q, ratelimit REDIS_AUTH %q: want the same variable", p, env(rl, "REDIS_AUTH"))
+	}
+	// gen-certs.sh writes every variable the fleet requires.
+	script, err := os.ReadFile("../deploy/compose/gen-certs.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{varName(pass), varName(env(bk, b.AccessKeyEnv)), varName(env(bk, b.SecretKeyEnv)), varName(env(rl, "REDIS_AUTH")), varName(env(bk, envelope.EnvKey))} {
+		if !strings.Contains(string(script), "secret "+v+" ") {
+			t.Errorf("gen-certs.sh does not write %s to .env", v)
 		}
 	}
 }
