@@ -949,7 +949,6 @@ func checkReferences(t *testing.T, owner string, pod any, objects []doc, ops map
 // secrets are interpolated from the same variables on both sides, and the
 // stateless services run several replicas without volumes for state.
 func checkComposeFleet(t *testing.T, top doc, cfg *config.Config, cfgFile string, hostFile func(doc, string) string) {
-	t.Helper()
 	services := asDoc(top["services"])
 	svc := func(name string) doc {
 		t.Helper()
