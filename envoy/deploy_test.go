@@ -529,9 +529,22 @@ func checkKubernetesLayout(t *testing.T, overlay string) {
 	if bootFile == "" || cfgFile == "" {
 		t.Fatalf("bootstrap %q or configuration %q not found through the manifests", bootFile, cfgFile)
 	}
-	b, cfg := checkDeployBootstrap(t, bootFile, cfgFile, kubernetesBootstrap)
+	opts := kubernetesBootstrap
+	if overlay == "fleet-asia" {
+		opts.Region = "asia"
+	}
+	b, cfg := checkDeployBootstrap(t, bootFile, cfgFile, opts)
 
 	epArgs := strs(extprocC["args"])
+	// extproc announces the home region of the Envoy beside it: the control
+	// plane gives both that region's routes.
+	epRegion := flagValue(epArgs, "--region")
+	if epRegion == "" {
+		epRegion = cfg.Region
+	}
+	if want := b.GetNode().GetLocality().GetRegion(); epRegion != want {
+		t.Errorf("extproc's home region is %s, Envoy's bootstrap says %s", epRegion, want)
+	}
 	if got := staticAddress(t, b, catalog.ExtProcCluster); got != flagValue(epArgs, "--listen") {
 		t.Errorf("bootstrap reaches extproc at %s, the sidecar listens on %s", got, flagValue(epArgs, "--listen"))
 	}
@@ -647,7 +660,7 @@ func checkKubernetesLayout(t *testing.T, overlay string) {
 	// storage: section names.
 	dataVol, _ := volumeIn(bk, bkC, flagValue(bkArgs, "--data-dir"))
 	fleet := cfg.Storage.Metadata.Kind == config.MetadataPostgres
-	if fleet != (overlay == "fleet") {
+	if fleet != strings.HasPrefix(overlay, "fleet") {
 		t.Errorf("overlay %s: storage.metadata.kind %q", overlay, cfg.Storage.Metadata.Kind)
 	}
 	if fleet {

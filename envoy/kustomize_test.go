@@ -32,7 +32,7 @@ import (
 const kubernetesDir = "../deploy/kubernetes"
 
 // kubernetesOverlays are the overlays under deploy/kubernetes/overlays.
-var kubernetesOverlays = []string{"single-node", "fleet"}
+var kubernetesOverlays = []string{"single-node", "fleet", "fleet-asia"}
 
 // rendered is one overlay's output: each object decoded loosely (for the
 // layout checks in deploy_test.go) and strictly into its API type.
@@ -281,7 +281,7 @@ func checkSRERules(t *testing.T, overlay string, objs []any) {
 		return 0
 	}
 	switch overlay {
-	case "fleet":
+	case "fleet", "fleet-asia":
 		for _, name := range []string{"switchyard-envoy", "switchyard-backends"} {
 			if r := replicasOf(name); r < 3 {
 				t.Errorf("fleet: %s has %d replicas, want at least 3", name, r)
