@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/internal/catalog"
 	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
 
@@ -195,11 +196,17 @@ func listenerOnPort(t *testing.T, cfg *config.Config, p string) config.Listener 
 	return config.Listener{}
 }
 
-// TestComposeLayout checks deploy/compose against its Envoy bootstrap and
-// configuration.
+// TestComposeLayout checks each compose file of deploy/compose against its
+// Envoy bootstrap and configuration.
 func TestComposeLayout(t *testing.T) {
+	for _, file := range []string{"docker-compose.yaml", "compose.fleet.yaml"} {
+		t.Run(file, func(t *testing.T) { checkComposeLayout(t, file) })
+	}
+}
+
+func checkComposeLayout(t *testing.T, file string) {
 	const dir = "../deploy/compose"
-	docs := readYAMLDocs(t, filepath.Join(dir, "docker-compose.yaml"))
+	docs := readYAMLDocs(t, filepath.Join(dir, file))
 	if len(docs) != 1 {
 		t.Fatalf("%d documents", len(docs))
 	}
@@ -346,8 +353,32 @@ func TestComposeLayout(t *testing.T) {
 		t.Errorf("backends --config is %s, the control plane's %s", got, want)
 	}
 	dataVol := mounts(bkSvc)[flagValue(bkArgs, "--data-dir")]
-	if _, ok := get(docs[0], "volumes", dataVol).(doc); !ok || slices.Contains(strs(epSvc["volumes"]), dataVol+":"+flagValue(epArgs, "--data-dir")) {
+	if cfg.Storage.Metadata.Kind == config.MetadataPostgres {
+		checkComposeFleet(t, docs[0], cfg, cfgFile, hostFile)
+	} else if _, ok := get(docs[0], "volumes", dataVol).(doc); !ok || slices.Contains(strs(epSvc["volumes"]), dataVol+":"+flagValue(epArgs, "--data-dir")) {
 		t.Errorf("backends --data-dir %s is on %q, want a named volume of their own", flagValue(bkArgs, "--data-dir"), dataVol)
+	}
+	// Every image is pinned; every named volume is declared; every
+	// dependency is a service.
+	for name, s := range services {
+		if img := str(get(s, "image")); img == "" || strings.HasSuffix(img, ":latest") || strings.HasSuffix(img, "-latest") || (!strings.Contains(img, ":") && get(s, "build") == nil) {
+			t.Errorf("service %s image %q: want a version tag", name, img)
+		}
+		for _, v := range strs(get(s, "volumes")) {
+			src, _, _ := strings.Cut(v, ":")
+			if !strings.HasPrefix(src, ".") && !strings.HasPrefix(src, "/") && get(docs[0], "volumes", src) == nil {
+				t.Errorf("service %s mounts volume %q, which is not declared", name, src)
+			}
+		}
+		deps := strs(get(s, "depends_on"))
+		for k := range asDoc(get(s, "depends_on")) {
+			deps = append(deps, k)
+		}
+		for _, d := range deps {
+			if services[d] == nil {
+				t.Errorf("service %s depends on %q, which is not a service", name, d)
+			}
+		}
 	}
 	// The web_search vendor is a compose service listening on the base URL's
 	// port, and the backends hold the key it checks.
@@ -372,31 +403,30 @@ func TestComposeLayout(t *testing.T) {
 	}
 }
 
-// TestKubernetesLayout checks deploy/kubernetes against its Envoy bootstrap
-// and configuration.
+// TestKubernetesLayout renders each overlay of deploy/kubernetes and checks
+// it against its Envoy bootstrap and configuration.
 func TestKubernetesLayout(t *testing.T) {
-	const dir = "../deploy/kubernetes"
-	kust := readYAMLDocs(t, filepath.Join(dir, "kustomization.yaml"))[0]
-	var objects []doc
-	for _, r := range strs(kust["resources"]) {
-		objects = append(objects, readYAMLDocs(t, filepath.Join(dir, r))...)
+	for _, overlay := range kubernetesOverlays {
+		t.Run(overlay, func(t *testing.T) { checkKubernetesLayout(t, overlay) })
 	}
-	// configMapGenerator: ConfigMap name -> key -> file.
+}
+
+func checkKubernetesLayout(t *testing.T, overlay string) {
+	objects := renderOverlay(t, overlay).docs
+	// The rendered ConfigMaps: name -> key -> the source file under
+	// deploy/kubernetes holding exactly that data.
 	configMaps := map[string]map[string]string{}
-	for _, g := range asList(kust["configMapGenerator"]) {
-		files := map[string]string{}
-		for _, f := range strs(get(g, "files")) {
-			key, file, ok := strings.Cut(f, "=")
-			if !ok {
-				key, file = filepath.Base(f), f
-			}
-			if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
-				t.Error(err)
-			}
-			files[key] = filepath.Join(dir, file)
+	for _, o := range objects {
+		if str(o["kind"]) != "ConfigMap" {
+			continue
 		}
-		configMaps[str(get(g, "name"))] = files
+		files := map[string]string{}
+		for key, v := range asDoc(o["data"]) {
+			files[key] = sourceFile(t, str(v))
+		}
+		configMaps[str(get(o, "metadata", "name"))] = files
 	}
+	ops := operatorObjects(t, overlay)
 	find := func(kind, name string) doc {
 		t.Helper()
 		for _, o := range objects {
@@ -499,9 +529,22 @@ func TestKubernetesLayout(t *testing.T) {
 	if bootFile == "" || cfgFile == "" {
 		t.Fatalf("bootstrap %q or configuration %q not found through the manifests", bootFile, cfgFile)
 	}
-	b, cfg := checkDeployBootstrap(t, bootFile, cfgFile, kubernetesBootstrap)
+	opts := kubernetesBootstrap
+	if overlay == "fleet-asia" {
+		opts.Region = "asia"
+	}
+	b, cfg := checkDeployBootstrap(t, bootFile, cfgFile, opts)
 
 	epArgs := strs(extprocC["args"])
+	// extproc announces the home region of the Envoy beside it: the control
+	// plane gives both that region's routes.
+	epRegion := flagValue(epArgs, "--region")
+	if epRegion == "" {
+		epRegion = cfg.Region
+	}
+	if want := b.GetNode().GetLocality().GetRegion(); epRegion != want {
+		t.Errorf("extproc's home region is %s, Envoy's bootstrap says %s", epRegion, want)
+	}
 	if got := staticAddress(t, b, catalog.ExtProcCluster); got != flagValue(epArgs, "--listen") {
 		t.Errorf("bootstrap reaches extproc at %s, the sidecar listens on %s", got, flagValue(epArgs, "--listen"))
 	}
@@ -528,6 +571,32 @@ func TestKubernetesLayout(t *testing.T) {
 	}
 	if got, want := flagValue(epArgs, "--ratelimit"), staticAddress(t, b, controlplane.RateLimitCluster); got != want {
 		t.Errorf("extproc --ratelimit %s, want %s", got, want)
+	}
+	// The rate limit service reaches Redis, with the password Redis requires.
+	rlC := get(deployments["switchyard-ratelimit"], "spec", "template", "spec", "containers", 0).(doc)
+	rdC := get(deployments["switchyard-redis"], "spec", "template", "spec", "containers", 0).(doc)
+	envRef := func(c doc, name string) (value string, ref any) {
+		for _, e := range asList(c["env"]) {
+			if str(get(e, "name")) == name {
+				if r := get(e, "valueFrom", "configMapKeyRef"); r != nil {
+					for _, o := range objects {
+						if str(o["kind"]) == "ConfigMap" && str(get(o, "metadata", "name")) == str(get(r, "name")) {
+							return str(get(o, "data", str(get(r, "key")))), r
+						}
+					}
+				}
+				return str(get(e, "value")), get(e, "valueFrom", "secretKeyRef")
+			}
+		}
+		return "", nil
+	}
+	if got, _ := envRef(rlC, "REDIS_URL"); got != "switchyard-redis:"+svcPort("switchyard-redis") {
+		t.Errorf("ratelimit REDIS_URL %q, want the switchyard-redis Service", got)
+	}
+	_, rlAuth := envRef(rlC, "REDIS_AUTH")
+	_, rdPass := envRef(rdC, "REDIS_PASSWORD")
+	if rlAuth == nil || !mapsEqual(rlAuth, rdPass) || !slices.Contains(strs(rdC["args"]), "$(REDIS_PASSWORD)") || flagValue(strs(rdC["args"]), "--requirepass") != "$(REDIS_PASSWORD)" {
+		t.Errorf("Redis auth: ratelimit REDIS_AUTH from %v, redis REDIS_PASSWORD from %v with args %v: want --requirepass $(REDIS_PASSWORD), both from one Secret key", rlAuth, rdPass, rdC["args"])
 	}
 	// Envoy's readiness probe hits the bootstrap's readiness listener.
 	probe := get(envoyC, "readinessProbe", "httpGet")
@@ -586,15 +655,68 @@ func TestKubernetesLayout(t *testing.T) {
 	if typ := str(get(bkSvc, "spec", "type")); (typ != "" && typ != "ClusterIP") || get(bkSvc, "spec", "externalIPs") != nil {
 		t.Errorf("the backends Service is %s (externalIPs %v): it must stay inside the cluster", typ, get(bkSvc, "spec", "externalIPs"))
 	}
-	// Their data: a volume claim, which one pod at a time opens (SQLite).
+	// Their data: with SQLite, a volume claim which one pod at a time opens;
+	// with PostgreSQL and S3, nothing but scratch, and the secrets the
+	// storage: section names.
 	dataVol, _ := volumeIn(bk, bkC, flagValue(bkArgs, "--data-dir"))
-	claim := str(get(dataVol, "persistentVolumeClaim", "claimName"))
-	if claim == "" {
-		t.Fatalf("backends --data-dir is not on a PersistentVolumeClaim: %v", dataVol)
+	fleet := cfg.Storage.Metadata.Kind == config.MetadataPostgres
+	if fleet != strings.HasPrefix(overlay, "fleet") {
+		t.Errorf("overlay %s: storage.metadata.kind %q", overlay, cfg.Storage.Metadata.Kind)
 	}
-	find("PersistentVolumeClaim", claim)
-	if r, ok := get(bkD, "spec", "replicas").(int); !ok || r != 1 || str(get(bkD, "spec", "strategy", "type")) != "Recreate" {
-		t.Errorf("backends: replicas %v, strategy %v; the SQLite stores want exactly one pod, recreated", get(bkD, "spec", "replicas"), get(bkD, "spec", "strategy", "type"))
+	if fleet {
+		if cfg.Storage.Blobs.Kind != config.BlobsS3 {
+			t.Errorf("metadata on PostgreSQL with blobs %q: the files' content would stay on one pod", cfg.Storage.Blobs.Kind)
+		}
+		if get(dataVol, "emptyDir") == nil {
+			t.Errorf("backends --data-dir is on %v, want scratch (emptyDir): state is in PostgreSQL and S3", dataVol)
+		}
+		for _, v := range []string{cfg.Storage.Metadata.DSNEnv, cfg.Storage.Blobs.AccessKeyEnv, cfg.Storage.Blobs.SecretKeyEnv, envelope.EnvKey} {
+			if v != "" && !secretEnv(bkC, ops, v) {
+				t.Errorf("backends: %s is not set from a Secret the operator creates", v)
+			}
+		}
+		if r, _ := get(bkD, "spec", "replicas").(int); r < 3 {
+			t.Errorf("backends: %d replicas, want 3 or more on shared storage", r)
+		}
+	} else {
+		claim := str(get(dataVol, "persistentVolumeClaim", "claimName"))
+		if claim == "" {
+			t.Fatalf("backends --data-dir is not on a PersistentVolumeClaim: %v", dataVol)
+		}
+		find("PersistentVolumeClaim", claim)
+		if r, ok := get(bkD, "spec", "replicas").(int); !ok || r != 1 || str(get(bkD, "spec", "strategy", "type")) != "Recreate" {
+			t.Errorf("backends: replicas %v, strategy %v; the SQLite stores want exactly one pod, recreated", get(bkD, "spec", "replicas"), get(bkD, "spec", "strategy", "type"))
+		}
+	}
+	// The keys: extproc reads them from its --data-dir (SQLite, on a claim
+	// with one gateway pod) or, given the configuration, from PostgreSQL.
+	keysVol, _ := volumeOf(extprocC, flagValue(epArgs, "--data-dir"))
+	if fleet {
+		if f := flagValue(epArgs, "--config"); f == "" {
+			t.Error("extproc has no --config: it would keep keys in its scratch --data-dir, one set per pod")
+		} else if v, key := volumeOf(extprocC, f); configMaps[str(get(v, "configMap", "name"))][key] != cfgFile {
+			t.Errorf("extproc --config %s is not the control plane's %s", f, cfgFile)
+		}
+		if !secretEnv(extprocC, ops, cfg.Storage.Metadata.DSNEnv) {
+			t.Errorf("extproc: %s is not set from a Secret the operator creates", cfg.Storage.Metadata.DSNEnv)
+		}
+		if get(keysVol, "emptyDir") == nil {
+			t.Errorf("extproc --data-dir is on %v, want scratch", keysVol)
+		}
+	} else {
+		claim := str(get(keysVol, "persistentVolumeClaim", "claimName"))
+		if claim == "" {
+			t.Fatalf("extproc --data-dir (the key database) is not on a PersistentVolumeClaim: %v", keysVol)
+		}
+		find("PersistentVolumeClaim", claim)
+		if r, _ := get(deployments["switchyard-envoy"], "spec", "replicas").(int); r != 1 {
+			t.Errorf("gateway: %d replicas on one SQLite key database", r)
+		}
+	}
+	// Every Secret and ConfigMap a pod refers to is rendered or created by
+	// the commands in the overlay's header.
+	for name, d := range deployments {
+		checkReferences(t, name, get(d, "spec", "template", "spec"), objects, ops)
 	}
 	probe = get(bkC, "readinessProbe", "httpGet")
 	if str(get(probe, "path")) != "/healthz" || containerPort(bkC, str(get(probe, "port"))) != port(flagValue(bkArgs, "--health")) {
@@ -680,4 +802,259 @@ func mapsEqual(a, b any) bool {
 		}
 	}
 	return true
+}
+
+func asDoc(v any) doc {
+	d, _ := v.(doc)
+	return d
+}
+
+// sourceFile is the file under deploy/kubernetes whose content is data (a
+// ConfigMap generated from a file of the layout holds it verbatim), or ""
+// for a literal.
+func sourceFile(t *testing.T, data string) string {
+	t.Helper()
+	var found string
+	err := filepath.WalkDir(kubernetesDir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() || found != "" {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && string(b) == data {
+			found = p
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// operatorObjects reads the commands in an overlay's kustomization header
+// that create the Secrets and ConfigMaps it does not render: "Kind/name"
+// -> the keys created.
+func operatorObjects(t *testing.T, overlay string) map[string][]string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(kubernetesDir, "overlays", overlay, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	var cur strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		text, ok := strings.CutPrefix(line, "#")
+		if !ok {
+			continue
+		}
+		text, cont := strings.CutSuffix(strings.TrimSpace(text), "\\")
+		cur.WriteString(text + " ")
+		if !cont {
+			cmds = append(cmds, cur.String())
+			cur.Reset()
+		}
+	}
+	out := map[string][]string{}
+	for _, c := range cmds {
+		f := strings.Fields(c)
+		i := slices.Index(f, "create")
+		if len(f) == 0 || f[0] != "kubectl" || i < 0 || i+2 >= len(f) {
+			continue
+		}
+		var kind, name string
+		var keys []string
+		switch {
+		case f[i+1] == "secret" && f[i+2] == "tls" && i+3 < len(f):
+			kind, name, keys = "Secret", f[i+3], []string{"tls.crt", "tls.key"}
+		case f[i+1] == "secret" && f[i+2] == "generic" && i+3 < len(f):
+			kind, name = "Secret", f[i+3]
+		case f[i+1] == "configmap":
+			kind, name = "ConfigMap", f[i+2]
+		default:
+			continue
+		}
+		for _, a := range f {
+			for _, p := range []string{"--from-literal=", "--from-file="} {
+				if rest, ok := strings.CutPrefix(a, p); ok {
+					k, _, _ := strings.Cut(rest, "=")
+					keys = append(keys, k)
+				}
+			}
+		}
+		out[kind+"/"+name] = keys
+	}
+	if len(out) == 0 {
+		t.Fatalf("overlays/%s/kustomization.yaml: no kubectl create commands in its header", overlay)
+	}
+	return out
+}
+
+// secretEnv reports whether container c gets variable v from a Secret the
+// operator creates with that key.
+func secretEnv(c doc, ops map[string][]string, v string) bool {
+	for _, e := range asList(c["env"]) {
+		if str(get(e, "name")) != v {
+			continue
+		}
+		ref := get(e, "valueFrom", "secretKeyRef")
+		return ref != nil && slices.Contains(ops["Secret/"+str(get(ref, "name"))], str(get(ref, "key")))
+	}
+	for _, e := range asList(c["envFrom"]) {
+		if ref := get(e, "secretRef"); ref != nil && str(get(e, "prefix")) == "" && slices.Contains(ops["Secret/"+str(get(ref, "name"))], v) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkReferences: every Secret and ConfigMap (and key) pod refers to is
+// rendered or created by the operator's commands.
+func checkReferences(t *testing.T, owner string, pod any, objects []doc, ops map[string][]string) {
+	t.Helper()
+	exists := func(kind, name, key string) bool {
+		if keys, ok := ops[kind+"/"+name]; ok {
+			return key == "" || slices.Contains(keys, key)
+		}
+		for _, o := range objects {
+			if str(o["kind"]) == kind && str(get(o, "metadata", "name")) == name {
+				return key == "" || get(o, "data", key) != nil || get(o, "stringData", key) != nil
+			}
+		}
+		return false
+	}
+	check := func(kind, name, key string) {
+		if !exists(kind, name, key) {
+			t.Errorf("%s refers to %s %s (key %q), which is neither rendered nor created by the header's commands", owner, kind, name, key)
+		}
+	}
+	for _, list := range []string{"containers", "initContainers"} {
+		for _, c := range asList(get(pod, list)) {
+			for _, e := range asList(get(c, "env")) {
+				if r := get(e, "valueFrom", "secretKeyRef"); r != nil {
+					check("Secret", str(get(r, "name")), str(get(r, "key")))
+				}
+				if r := get(e, "valueFrom", "configMapKeyRef"); r != nil {
+					check("ConfigMap", str(get(r, "name")), str(get(r, "key")))
+				}
+			}
+			for _, e := range asList(get(c, "envFrom")) {
+				if r := get(e, "secretRef"); r != nil {
+					check("Secret", str(get(r, "name")), "")
+				}
+				if r := get(e, "configMapRef"); r != nil {
+					check("ConfigMap", str(get(r, "name")), "")
+				}
+			}
+		}
+	}
+	for _, v := range asList(get(pod, "volumes")) {
+		if n := get(v, "secret", "secretName"); n != nil {
+			check("Secret", str(n), "")
+		}
+		if n := get(v, "configMap", "name"); n != nil {
+			check("ConfigMap", str(n), "")
+		}
+	}
+}
+
+// checkComposeFleet checks a compose file whose configuration keeps state
+// in PostgreSQL and S3: the services it names exist and agree with it, the
+// secrets are interpolated from the same variables on both sides, and the
+// stateless services run several replicas without volumes for state.
+func checkComposeFleet(t *testing.T, top doc, cfg *config.Config, cfgFile string, hostFile func(doc, string) string) {
+	services := asDoc(top["services"])
+	svc := func(name string) doc {
+		t.Helper()
+		s := asDoc(services[name])
+		if s == nil {
+			t.Fatalf("no service %q", name)
+		}
+		return s
+	}
+	env := func(s doc, k string) string { return str(get(s, "environment", k)) }
+	m, b := cfg.Storage.Metadata, cfg.Storage.Blobs
+	if b.Kind != config.BlobsS3 {
+		t.Fatalf("metadata on PostgreSQL with blobs %q: the files' content would stay in one replica", b.Kind)
+	}
+	for _, name := range []string{"extproc", "backends"} {
+		s := svc(name)
+		args := strs(s["command"])
+		if r, _ := get(s, "deploy", "replicas").(int); r < 3 {
+			t.Errorf("%s: %v replicas, want 3 or more on shared storage", name, get(s, "deploy", "replicas"))
+		}
+		if got := hostFile(s, flagValue(args, "--config")); got != cfgFile {
+			t.Errorf("%s --config is %s, the control plane's %s", name, got, cfgFile)
+		}
+		if env(s, m.DSNEnv) == "" {
+			t.Errorf("%s lacks %s", name, m.DSNEnv)
+		}
+		for _, v := range strs(s["volumes"]) {
+			if src, _, _ := strings.Cut(v, ":"); get(top, "volumes", src) != nil {
+				t.Errorf("%s mounts named volume %s: state belongs in PostgreSQL and S3", name, src)
+			}
+		}
+	}
+	bk := svc("backends")
+	for _, v := range []string{b.AccessKeyEnv, b.SecretKeyEnv, envelope.EnvKey} {
+		if got := env(bk, v); !strings.HasPrefix(got, "${") || !strings.Contains(got, ":?") {
+			t.Errorf("backends %s is %q, want a required variable (${VAR:?...})", v, got)
+		}
+	}
+	// The DSN names the postgres service, its user, database and password.
+	dsn := env(bk, m.DSNEnv)
+	if env(svc("extproc"), m.DSNEnv) != dsn {
+		t.Errorf("extproc and backends have different %s", m.DSNEnv)
+	}
+	pg := svc("postgres")
+	if img := str(pg["image"]); !strings.HasPrefix(img, "postgres:15") {
+		t.Errorf("postgres image %q, want PostgreSQL 15 (what the tests run against)", img)
+	}
+	pass := env(pg, "POSTGRES_PASSWORD")
+	varName := func(v string) string {
+		v = strings.TrimPrefix(v, "${")
+		name, _, _ := strings.Cut(v, ":")
+		return strings.TrimSuffix(name, "}")
+	}
+	want := fmt.Sprintf("postgres://%s:${%s", env(pg, "POSTGRES_USER"), varName(pass))
+	if !strings.HasPrefix(dsn, want) || !strings.Contains(dsn, "}@postgres:5432/"+env(pg, "POSTGRES_DB")+"?") {
+		t.Errorf("%s %q does not name the postgres service's user %s, password ${%s} and database %s", m.DSNEnv, dsn, env(pg, "POSTGRES_USER"), varName(pass), env(pg, "POSTGRES_DB"))
+	}
+	// The bucket endpoint is the S3 service, with the keys it is started
+	// with, and the bucket is made before it serves.
+	u, err := url.Parse(b.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := svc(u.Hostname())
+	s3Args := strs(s3["command"])
+	if got := port(flagValue(s3Args, "--port")); got != u.Port() {
+		t.Errorf("storage.blobs.endpoint %s, but %s listens on port %s", b.Endpoint, u.Hostname(), got)
+	}
+	if varName(flagValue(s3Args, "--access")) != varName(env(bk, b.AccessKeyEnv)) || varName(flagValue(s3Args, "--secret")) != varName(env(bk, b.SecretKeyEnv)) {
+		t.Errorf("the S3 service's keys %s/%s are not the backends' %s/%s", flagValue(s3Args, "--access"), flagValue(s3Args, "--secret"), env(bk, b.AccessKeyEnv), env(bk, b.SecretKeyEnv))
+	}
+	root := s3Args[len(s3Args)-1]
+	var made bool
+	for name := range asDoc(get(s3, "depends_on")) {
+		init := svc(name)
+		made = made || (slices.Contains(strs(init["command"]), path.Join(root, b.Bucket)) && str(get(s3, "depends_on", name, "condition")) == "service_completed_successfully")
+	}
+	if !made {
+		t.Errorf("nothing creates the bucket %s (%s/%s) before %s starts", b.Bucket, root, b.Bucket, u.Hostname())
+	}
+	// Redis requires the password the rate limit service sends.
+	rd, rl := strs(svc("redis")["command"]), svc("ratelimit")
+	if p := flagValue(rd, "--requirepass"); p == "" || varName(p) != varName(env(rl, "REDIS_AUTH")) {
+		t.Errorf("redis --requirepass %q, ratelimit REDIS_AUTH %q: want the same variable", p, env(rl, "REDIS_AUTH"))
+	}
+	// gen-certs.sh writes every variable the fleet requires.
+	script, err := os.ReadFile("../deploy/compose/gen-certs.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{varName(pass), varName(env(bk, b.AccessKeyEnv)), varName(env(bk, b.SecretKeyEnv)), varName(env(rl, "REDIS_AUTH")), varName(env(bk, envelope.EnvKey))} {
+		if !strings.Contains(string(script), "secret "+v+" ") {
+			t.Errorf("gen-certs.sh does not write %s to .env", v)
+		}
+	}
 }

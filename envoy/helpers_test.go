@@ -48,7 +48,9 @@ func exampleConfigs(t *testing.T) []exampleConfig {
 	}
 	out = append(out,
 		exampleConfig{name: "deploy-compose", path: "../deploy/compose/switchyard.yaml"},
-		exampleConfig{name: "deploy-kubernetes", path: "../deploy/kubernetes/switchyard.yaml"},
+		exampleConfig{name: "deploy-compose-fleet", path: "../deploy/compose/switchyard.fleet.yaml"},
+		exampleConfig{name: "deploy-kubernetes", path: "../deploy/kubernetes/overlays/single-node/switchyard.yaml"},
+		exampleConfig{name: "deploy-kubernetes-fleet", path: "../deploy/kubernetes/overlays/fleet/switchyard.yaml"},
 	)
 	if len(out) < 5 {
 		t.Fatalf("found only %d example configurations: %v", len(out), out)

@@ -22,7 +22,7 @@ func TestEnvoyPreStopDrains(t *testing.T) {
 		t.Fatal("bash is needed to run the hook as the kubelet does")
 	}
 	var cmd []string
-	for _, o := range readYAMLDocs(t, filepath.Join("../deploy/kubernetes", "gateway.yaml")) {
+	for _, o := range readYAMLDocs(t, filepath.Join(kubernetesDir, "base", "gateway.yaml")) {
 		if str(o["kind"]) != "Deployment" {
 			continue
 		}

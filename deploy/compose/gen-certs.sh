@@ -6,14 +6,25 @@
 # Development only: the key is made world-readable so Envoy's unprivileged user can read it.
 #
 # Also writes ./.env with a random SWITCHYARD_INTERNAL_TOKEN (shared by extproc and the
-# backends; see docker-compose.yaml) unless .env already sets one.
+# backends; see docker-compose.yaml) and the fleet layout's passwords and keys
+# (compose.fleet.yaml), each unless .env already sets it.
 set -eu
 cd "$(dirname "$0")"
-if ! grep -qs '^SWITCHYARD_INTERNAL_TOKEN=' .env; then
-  if [ -s .env ] && [ -n "$(tail -c 1 .env)" ]; then echo >> .env; fi
-  (umask 077 && echo "SWITCHYARD_INTERNAL_TOKEN=$(openssl rand -hex 32)" >> .env)
-  echo "internal token in $(pwd)/.env"
-fi
+# secret VAR VALUE appends VAR=VALUE to .env unless .env sets VAR already.
+secret() {
+  if ! grep -qs "^$1=" .env; then
+    if [ -s .env ] && [ -n "$(tail -c 1 .env)" ]; then echo >> .env; fi
+    (umask 077 && echo "$1=$2" >> .env)
+    echo "$1 in $(pwd)/.env"
+  fi
+}
+secret SWITCHYARD_INTERNAL_TOKEN "$(openssl rand -hex 32)"
+# The fleet layout's (compose.fleet.yaml): hex, so they need no quoting in a DSN.
+secret SWITCHYARD_PG_PASSWORD "$(openssl rand -hex 24)"
+secret SWITCHYARD_S3_ACCESS_KEY "$(openssl rand -hex 10)"
+secret SWITCHYARD_S3_SECRET_KEY "$(openssl rand -hex 24)"
+secret SWITCHYARD_REDIS_PASSWORD "$(openssl rand -hex 24)"
+secret SWITCHYARD_DATA_KEY "$(openssl rand -base64 32)"
 mkdir -p certs
 cd certs
 openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=Switchyard dev CA" \

@@ -47,7 +47,8 @@ func exampleConfigs(t *testing.T) map[string]*config.Config {
 	}
 	out["default"] = def
 	files, _ := filepath.Glob("../../examples/*.yaml")
-	files = append(files, "../../deploy/compose/switchyard.yaml", "../../deploy/kubernetes/switchyard.yaml")
+	files = append(files, "../../deploy/compose/switchyard.yaml", "../../deploy/compose/switchyard.fleet.yaml",
+		"../../deploy/kubernetes/overlays/single-node/switchyard.yaml", "../../deploy/kubernetes/overlays/fleet/switchyard.yaml")
 	for _, f := range files {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("%s: %v", f, err)
