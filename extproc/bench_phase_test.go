@@ -63,8 +63,17 @@ func BenchmarkRequestPhase(b *testing.B) {
 // newBenchServer is a server with the test catalog that logs as production
 // does by default: at info, here to nowhere.
 func newBenchServer(b *testing.B) *Server {
-	srv, _, _ := newTestServer(b, true)
+	srv, _, _ := newTestServer(b, false)
 	srv.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	// A long-context model: the 8 MB prompt (about 2.3M tokens by the
+	// estimate) must be routed, not refused for the default window.
+	c := testCatalog()
+	for i := range c.Models {
+		c.Models[i].ContextWindow = 4_000_000
+	}
+	if err := srv.SetCatalog(c); err != nil {
+		b.Fatal(err)
+	}
 	return srv
 }
 
