@@ -67,6 +67,8 @@ RACE_PKGS := ./envoy/dataplane/... ./extproc/... ./ratelimit/... ./backends/... 
 test: build vet lint test-deps spec-check
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v -E '/(envoy/dataplane|extproc|ratelimit|backends|internal/keys|internal/inprocgrpc)(/|$$)')
 	$(GO) test -count=1 -race -timeout 15m $(RACE_PKGS)
+	@# Every benchmark once, so none rots unnoticed until make bench (numbers: make bench).
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
 # Benchmarks (cmd/bench): latency Switchyard adds over a direct call, side by side with
 # nginx and the Portkey gateway; streaming; hot-path microbenchmarks; peak RSS. Writes
