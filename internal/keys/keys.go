@@ -412,6 +412,29 @@ const keyColumns = `id, prefix, name, tier, created_at, revoked_at, expires_at, 
 
 type scanner interface{ Scan(dest ...any) error }
 
+// keyRows is a query's rows as database/sql and pgx both return them.
+type keyRows interface {
+	scanner
+	Next() bool
+	Err() error
+}
+
+// collectKeys reads every key of rows (List, in both stores).
+func collectKeys(rows keyRows) ([]Key, error) {
+	var out []Key
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("keys: list: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("keys: list: %w", err)
+	}
+	return out, nil
+}
+
 func scanKey(row scanner) (Key, error) {
 	var (
 		k                           Key
@@ -454,18 +477,7 @@ func (s *SQLiteStore) List(ctx context.Context) ([]Key, error) {
 		return nil, fmt.Errorf("keys: list: %w", err)
 	}
 	defer rows.Close()
-	var out []Key
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("keys: list: %w", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("keys: list: %w", err)
-	}
-	return out, nil
+	return collectKeys(rows)
 }
 
 // Lookup returns the active key whose secret is secret, or ErrNotFound if

@@ -137,18 +137,7 @@ func (s *PostgresStore) List(ctx context.Context) ([]Key, error) {
 		return nil, fmt.Errorf("keys: list: %w", err)
 	}
 	defer rows.Close()
-	var out []Key
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("keys: list: %w", err)
-		}
-		out = append(out, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("keys: list: %w", err)
-	}
-	return out, nil
+	return collectKeys(rows)
 }
 
 // Lookup returns the active key whose secret is secret, or ErrNotFound.
