@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"fmt"
-	"github.com/switchyard-ai/switchyard/ratelimit"
 	"math"
 	"net"
 	"time"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/internal/catalog"
 	"github.com/switchyard-ai/switchyard/internal/config"
+	"github.com/switchyard-ai/switchyard/ratelimit"
 )
 
 const (

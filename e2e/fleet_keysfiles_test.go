@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -18,18 +17,12 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 	"github.com/switchyard-ai/switchyard/internal/testing/s3test"
+	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 )
 
 // TestMain stops the PostgreSQL and S3 servers the fleet tests start.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	for name, stop := range map[string]func() error{"pgtest": pgtest.Stop, "s3test": s3test.Stop} {
-		if err := stop(); err != nil {
-			fmt.Fprintln(os.Stderr, name+":", err)
-			code = max(code, 1)
-		}
-	}
-	os.Exit(code)
+	testserver.Main(m, map[string]func() error{"pgtest": pgtest.Stop, "s3test": s3test.Stop})
 }
 
 // fleetPair starts two gateways, each with its own data directory and

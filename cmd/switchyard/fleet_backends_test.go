@@ -3,13 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
-	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
 	"github.com/switchyard-ai/switchyard/internal/pgdb"
 	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 )
 

@@ -40,6 +40,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 )
 
 // Port is the port number in the socket's name (.s.PGSQL.<Port>); nothing
@@ -103,16 +105,7 @@ func Pool(t testing.TB) *pgxpool.Pool {
 
 // Main runs the package's tests, then stops the server if they started one,
 // and exits with the tests' status. Call it from TestMain.
-func Main(m *testing.M) {
-	code := m.Run()
-	if err := Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { testserver.Main(m, map[string]func() error{"pgtest": Stop}) }
 
 // Stop shuts the server down, if one was started, and removes its
 // directory. A later DSN starts a new one.
@@ -151,10 +144,7 @@ func get(t testing.TB) *cluster {
 		started, startErr = start()
 	}
 	if startErr != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("pgtest: PostgreSQL is not available in CI: %v", startErr)
-		}
-		t.Skipf("SKIP: PostgreSQL is not available, so this test does not run against a real server: %v", startErr)
+		testserver.Unavailable(t, "PostgreSQL", "this test does not run against a real server", startErr)
 	}
 	return started
 }

@@ -43,6 +43,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 )
 
 // Version is the versitygw release the tests run against; the Makefile's
@@ -160,16 +162,7 @@ func bucketName(test string) string {
 
 // Main runs the package's tests, then stops the gateway if they started
 // one, and exits with the tests' status. Call it from TestMain.
-func Main(m *testing.M) {
-	code := m.Run()
-	if err := Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "s3test:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M) { testserver.Main(m, map[string]func() error{"s3test": Stop}) }
 
 // Stop stops the gateway, if one was started, and removes its directory.
 func Stop() error {
@@ -203,10 +196,7 @@ func get(t testing.TB) *gateway {
 		started, startErr = start()
 	}
 	if startErr != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("s3test: versitygw is not available in CI: %v", startErr)
-		}
-		t.Skipf("SKIP: versitygw is not available, so this test does not run against a real S3 store: %v", startErr)
+		testserver.Unavailable(t, "versitygw", "this test does not run against a real S3 store", startErr)
 	}
 	return started
 }

@@ -1,0 +1,37 @@
+// Package testserver holds what the real-server test helpers (pgtest,
+// s3test, ratelimittest's Redis) share: the rule for a server that cannot
+// be had, and the TestMain that stops what the tests started.
+package testserver
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Unavailable reports that the server what could not be started: the test
+// fails in CI (CI set), where checking less must never pass, and skips
+// elsewhere, saying why (the named check does not run against the server).
+func Unavailable(t testing.TB, what, check string, err error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is not available in CI: %v", what, err)
+	}
+	t.Skipf("SKIP: %s is not available, so %s: %v", what, check, err)
+}
+
+// Main runs the package's tests, then each stop (the servers the tests
+// started), and exits with the tests' status, or 1 when a stop failed.
+// Call it from TestMain.
+func Main(m *testing.M, stops map[string]func() error) {
+	code := m.Run()
+	for name, stop := range stops {
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, name+":", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
+}
