@@ -140,8 +140,19 @@ func TestSharedSweeperTakesTheLock(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if _, _, err := NewS3Blobs(st).Open(ctx, f.ID); !errors.Is(err, ErrBlobNotFound) {
-		t.Errorf("the swept file's blob: %v, want it deleted", err)
+	// The sweep deletes the row, then the blob: wait for the second step.
+	for {
+		rc, _, err := NewS3Blobs(st).Open(ctx, f.ID)
+		if err == nil {
+			rc.Close()
+		}
+		if errors.Is(err, ErrBlobNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the swept file's blob: %v, want it deleted", err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
