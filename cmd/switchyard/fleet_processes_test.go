@@ -34,8 +34,9 @@ type fleetGateway struct {
 // TestFleetTwoGatewayProcesses runs two `switchyard run` processes (each
 // with its in-process backends) on one PostgreSQL and one S3 bucket, as two
 // replicas of a fleet: a file uploaded through one downloads byte-identical
-// through the other, and a key revoked through one's admin API is refused
-// by the other within 2 s.
+// through the other, a conversation started on one continues on the other
+// (previous_response_id), and a key revoked through one's admin API is
+// refused by the other within 2 s.
 func TestFleetTwoGatewayProcesses(t *testing.T) {
 	bin := buildSwitchyard(t)
 	dsn := pgtest.DSN(t)
@@ -128,6 +129,21 @@ func TestFleetTwoGatewayProcesses(t *testing.T) {
 	req.Header.Set("authorization", "Bearer "+a.demoKey)
 	if status, got := do(t, req); status != http.StatusOK || !bytes.Equal(got, content) {
 		t.Fatalf("download through b: %d, %d bytes, identical %v", status, len(got), bytes.Equal(got, content))
+	}
+
+	// A conversation started on a continues on b.
+	post := func(g *fleetGateway, body string) (int, []byte) {
+		req, _ := http.NewRequest(http.MethodPost, g.base+"/responses", strings.NewReader(body))
+		req.Header.Set("authorization", "Bearer "+a.demoKey)
+		req.Header.Set("content-type", "application/json")
+		return do(t, req)
+	}
+	var first struct{ ID string }
+	if status, raw := post(a, `{"model":"demo/chat","input":"first turn"}`); status != http.StatusOK || json.Unmarshal(raw, &first) != nil || first.ID == "" {
+		t.Fatalf("first turn through a: %d %s", status, raw)
+	}
+	if status, raw := post(b, `{"model":"demo/chat","input":"second turn","previous_response_id":"`+first.ID+`"}`); status != http.StatusOK {
+		t.Fatalf("second turn through b, continuing a's: %d %s", status, raw)
 	}
 
 	// Revoke a's demo key through a's admin API; b must refuse it.
