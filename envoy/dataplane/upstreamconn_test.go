@@ -226,23 +226,33 @@ func TestRequestFraming(t *testing.T) {
 			}
 		})
 	}
-	// Every refusal has its access log line with its status.
-	var statuses []int
-	e.logs.mu.Lock()
-	for _, r := range e.logs.records {
-		if r.Message == "access" {
-			r.Attrs(func(a slog.Attr) bool {
-				if a.Key == "status" {
-					statuses = append(statuses, int(a.Value.Int64()))
-				}
-				return true
-			})
+	// Every refusal has its access log line with its status. The line is
+	// written as the connection's refusal ends, which the client can see
+	// first: wait for it (bounded) rather than read the log once.
+	statuses := func() []int {
+		var out []int
+		e.logs.mu.Lock()
+		defer e.logs.mu.Unlock()
+		for _, r := range e.logs.records {
+			if r.Message == "access" {
+				r.Attrs(func(a slog.Attr) bool {
+					if a.Key == "status" {
+						out = append(out, int(a.Value.Int64()))
+					}
+					return true
+				})
+			}
 		}
+		return out
 	}
-	e.logs.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
 	for _, want := range []int{400, 431, 501} {
-		if !slices.Contains(statuses, want) {
-			t.Errorf("no access log line with status %d in %v", want, statuses)
+		for !slices.Contains(statuses(), want) {
+			if time.Now().After(deadline) {
+				t.Errorf("no access log line with status %d in %v", want, statuses())
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
