@@ -915,6 +915,10 @@ func (r *run) readLarge(ctx context.Context, resp *http.Response, l pending, a *
 	if err != nil {
 		return err
 	}
+	// Done with the connection before part of the reservation goes back:
+	// the next large answer then never overlaps this one's read (the
+	// deferred Close in attempt is then a no-op).
+	_ = resp.Body.Close()
 	// Keep room for what was read and its output line only.
 	keep := r.s.answers.unitsFor(cap(body) + len(body) + len(l.customID) + lineOverhead)
 	if keep < a.units {
