@@ -491,23 +491,9 @@ func (s *PostgresStore) ListStores(ctx context.Context, owner string, now time.T
 		return nil, false, fmt.Errorf("vectorstores: list: %w", err)
 	}
 	defer rows.Close()
-	var out []StoreRow
-	for rows.Next() {
-		st, err := scanStore(rows)
-		if err != nil {
-			return nil, false, fmt.Errorf("vectorstores: list: %w", err)
-		}
-		out = append(out, st)
-	}
-	if err := rows.Err(); err != nil {
+	out, more, err := readPage(rows, scanStore, q.Limit, reversed)
+	if err != nil {
 		return nil, false, fmt.Errorf("vectorstores: list: %w", err)
-	}
-	more := len(out) > q.Limit
-	if more {
-		out = out[:q.Limit]
-	}
-	if reversed {
-		slices.Reverse(out)
 	}
 	return out, more, nil
 }
@@ -726,23 +712,9 @@ func (s *PostgresStore) ListFiles(ctx context.Context, owner, id string, now tim
 		return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
 	}
 	defer rows.Close()
-	var out []FileRow
-	for rows.Next() {
-		f, err := scanFile(rows)
-		if err != nil {
-			return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
-		}
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
+	out, more, err := readPage(rows, scanFile, q.Limit, reversed)
+	if err != nil {
 		return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
-	}
-	more := len(out) > q.Limit
-	if more {
-		out = out[:q.Limit]
-	}
-	if reversed {
-		slices.Reverse(out)
 	}
 	return out, more, nil
 }

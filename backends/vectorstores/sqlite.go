@@ -182,6 +182,39 @@ const storeColumns = `id, owner, name, description, metadata, created_at, last_a
 
 type scanner interface{ Scan(dest ...any) error }
 
+// pageRows is a query's rows as database/sql and pgx both return them.
+type pageRows interface {
+	scanner
+	Next() bool
+	Err() error
+}
+
+// readPage reads one page of a list query that asked for limit+1 rows:
+// the rows (in the order asked for, reversed back when the query ran
+// backwards for a before cursor) and whether more follow. Both stores'
+// lists use it.
+func readPage[T any](rows pageRows, scan func(scanner) (T, error), limit int, reversed bool) ([]T, bool, error) {
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, err
+	}
+	more := len(out) > limit
+	if more {
+		out = out[:limit]
+	}
+	if reversed {
+		slices.Reverse(out)
+	}
+	return out, more, nil
+}
+
 func scanStore(row scanner) (StoreRow, error) {
 	var (
 		st               StoreRow
@@ -449,23 +482,9 @@ func (s *SQLiteStore) ListStores(ctx context.Context, owner string, now time.Tim
 		return nil, false, fmt.Errorf("vectorstores: list: %w", err)
 	}
 	defer rows.Close()
-	var out []StoreRow
-	for rows.Next() {
-		st, err := scanStore(rows)
-		if err != nil {
-			return nil, false, fmt.Errorf("vectorstores: list: %w", err)
-		}
-		out = append(out, st)
-	}
-	if err := rows.Err(); err != nil {
+	out, more, err := readPage(rows, scanStore, q.Limit, reversed)
+	if err != nil {
 		return nil, false, fmt.Errorf("vectorstores: list: %w", err)
-	}
-	more := len(out) > q.Limit
-	if more {
-		out = out[:q.Limit]
-	}
-	if reversed {
-		slices.Reverse(out)
 	}
 	return out, more, nil
 }
@@ -617,23 +636,9 @@ func (s *SQLiteStore) ListFiles(ctx context.Context, owner, id string, now time.
 		return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
 	}
 	defer rows.Close()
-	var out []FileRow
-	for rows.Next() {
-		f, err := scanFile(rows)
-		if err != nil {
-			return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
-		}
-		out = append(out, f)
-	}
-	if err := rows.Err(); err != nil {
+	out, more, err := readPage(rows, scanFile, q.Limit, reversed)
+	if err != nil {
 		return nil, false, fmt.Errorf("vectorstores: list files of %s: %w", id, err)
-	}
-	more := len(out) > q.Limit
-	if more {
-		out = out[:q.Limit]
-	}
-	if reversed {
-		slices.Reverse(out)
 	}
 	return out, more, nil
 }

@@ -119,19 +119,7 @@ func Stop() error {
 	}
 	// SIGINT is PostgreSQL's fast shutdown: roll back open transactions,
 	// disconnect the clients, checkpoint, exit.
-	_ = c.cmd.Process.Signal(syscall.SIGINT)
-	var err error
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-		err = fmt.Errorf("postgres did not shut down in 30s; killed it\n%s", c.log.String())
-	}
-	if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
-		err = rerr
-	}
-	return err
+	return testserver.Stop("postgres", c.cmd.Process, c.done, syscall.SIGINT, 30*time.Second, c.log, c.dir)
 }
 
 // get returns the running cluster, starting it on first use; it skips or

@@ -173,19 +173,7 @@ func Stop() error {
 	if g == nil {
 		return nil
 	}
-	_ = g.cmd.Process.Signal(syscall.SIGTERM)
-	var err error
-	select {
-	case <-g.done:
-	case <-time.After(15 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.done
-		err = fmt.Errorf("versitygw did not stop in 15s; killed it\n%s", g.log.String())
-	}
-	if rerr := os.RemoveAll(g.dir); rerr != nil && err == nil {
-		err = rerr
-	}
-	return err
+	return testserver.Stop("versitygw", g.cmd.Process, g.done, syscall.SIGTERM, 15*time.Second, g.log, g.dir)
 }
 
 func get(t testing.TB) *gateway {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 )
 
 // Unavailable reports that the server what could not be started: the test
@@ -34,4 +35,23 @@ func Main(m *testing.M, stops map[string]func() error) {
 		}
 	}
 	os.Exit(code)
+}
+
+// Stop ends a server process the way it shuts down cleanly (sig), kills it
+// after grace, waits for it (done closes when it has exited), and removes
+// its directory. log is its output, quoted when it had to be killed.
+func Stop(name string, p *os.Process, done <-chan struct{}, sig os.Signal, grace time.Duration, log fmt.Stringer, dir string) error {
+	_ = p.Signal(sig)
+	var err error
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-done
+		err = fmt.Errorf("%s did not stop in %v; killed it\n%s", name, grace, log.String())
+	}
+	if rerr := os.RemoveAll(dir); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
 }
