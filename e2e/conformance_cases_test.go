@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -404,17 +405,23 @@ func caseResponsesFileSearch(t *testing.T, c openai.Client, v matrixVendor) erro
 }
 
 func caseResponsesCodeInterpreter(t *testing.T, c openai.Client, v matrixVendor) error {
-	r, err := c.Responses.New(t.Context(), responses.ResponseNewParams{
+	params := responses.ResponseNewParams{
 		Model: v.chat, Input: textInput("compute something"),
 		Tools: []responses.ToolUnionParam{{OfCodeInterpreter: &responses.ToolCodeInterpreterParam{
 			Container: responses.ToolCodeInterpreterContainerUnionParam{
 				OfCodeInterpreterToolAuto: &responses.ToolCodeInterpreterContainerCodeInterpreterContainerAutoParam{}}}}},
 		Include: []responses.ResponseIncludable{responses.ResponseIncludableCodeInterpreterCallOutputs},
-	})
-	if err != nil {
-		if why := sandboxUnavailable(); why != "" {
-			return fmt.Errorf("%w (the sandbox cannot run on this host: %s; the matrix needs a host where it can)", err, why)
+	}
+	r, err := c.Responses.New(t.Context(), params)
+	if why := sandboxUnavailable(); why != "" {
+		// A host limit, not the vendor's: the tool must be refused by name.
+		var e *openai.Error
+		if !errors.As(err, &e) || e.StatusCode != 400 || e.Param != "tools" {
+			return fmt.Errorf("the sandbox cannot run here (%s), yet the tool was not refused with a 400 on tools: %v", why, err)
 		}
+		return fmt.Errorf("%w: the code interpreter's sandbox: %s", errHostLimited, why)
+	}
+	if err != nil {
 		return err
 	}
 	// The fake models run "sample" (their placeholder argument): a
