@@ -137,7 +137,7 @@ type cellResult struct {
 // the default configuration through one in-process stack, and checks that
 // docs/conformance.md is what the run produced (-update rewrites it).
 func TestConformanceMatrix(t *testing.T) {
-	s := newDefaultConfigStack(t)
+	s, fakes := newDefaultConfigStack(t)
 	c := s.client()
 
 	var mu sync.Mutex
@@ -180,6 +180,18 @@ func TestConformanceMatrix(t *testing.T) {
 			}
 		}
 	})
+
+	// Each column is its vendor: that vendor's fake, in its own wire
+	// format, answered the column's chat.
+	for _, v := range matrixVendors {
+		reached := false
+		for _, r := range fakes[v.kind].all() {
+			reached = reached || bytes.Contains(r.body, []byte(`"hello `+v.name+`"`))
+		}
+		if !reached {
+			t.Errorf("the %s column's chat never reached the %s fake", v.name, v.kind)
+		}
+	}
 
 	if len(limited) > 0 {
 		slices.Sort(limited)
@@ -291,8 +303,8 @@ func lineDiff(want, got string) string {
 // newDefaultConfigStack starts a gateway on the embedded default
 // configuration, its demo vendors on free loopback ports instead of the
 // fixed ones `make run` uses, with an enterprise key no cell's traffic
-// limits.
-func newDefaultConfigStack(t *testing.T) *stack {
+// limits. The fakes record what reaches them, by kind.
+func newDefaultConfigStack(t *testing.T) (*stack, map[string]*recorder) {
 	t.Helper()
 	base, err := config.Default()
 	if err != nil {
@@ -319,7 +331,9 @@ func newDefaultConfigStack(t *testing.T) *stack {
 	// gateway's demo-upstream hook as `switchyard run` does.
 	yaml := string(config.DefaultYAML())
 	listeners := map[string]net.Listener{}
+	fakes := map[string]*recorder{}
 	for _, d := range base.DemoUpstreams {
+		fakes[d.Kind] = &recorder{}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -349,7 +363,9 @@ func newDefaultConfigStack(t *testing.T) *stack {
 		if err != nil {
 			return nil, err
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		rec := fakes[kind]
+		rec.next = h
+		srv := &http.Server{Handler: rec, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		return srv, nil
 	}
@@ -384,5 +400,5 @@ func newDefaultConfigStack(t *testing.T) *stack {
 			}
 		}
 	})
-	return &stack{gw: gw, key: key, logs: logs}
+	return &stack{gw: gw, key: key, logs: logs}, fakes
 }
