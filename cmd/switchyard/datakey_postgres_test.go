@@ -21,6 +21,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends/batches"
 	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/pgdb"
 	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 	"github.com/switchyard-ai/switchyard/internal/testing/s3test"
 )
@@ -242,4 +243,67 @@ func (g *datakeyGateway) upload(t *testing.T, name, purpose string, content []by
 		t.Fatalf("upload: %d %s", status, b)
 	}
 	return f.ID
+}
+
+// TestDatakeyPostgresPagesAndLockedRows: rewrap goes through more rows than
+// one transaction takes, skips a row a replica holds locked rather than
+// waiting for it, says so, and a second run finishes it.
+func TestDatakeyPostgresPagesAndLockedRows(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	t.Setenv("SY_TEST_PG_DSN", dsn)
+	store, err := batches.OpenPostgresStore(ctx, dsn, pgdb.Pool{}) // creates the batches tables
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfgPath := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(cfgPath, append(mustRead(t, "../../internal/config/default.yaml"),
+		"\nstorage:\n  metadata:\n    kind: postgres\n    dsn_env: SY_TEST_PG_DSN\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	oldKEK, newKEK := make([]byte, envelope.KeySize), make([]byte, envelope.KeySize)
+	_, _ = rand.Read(oldKEK)
+	_, _ = rand.Read(newKEK)
+	oldRing, _ := envelope.NewKeyring(oldKEK)
+	const n = 2*pgRewrapBatch + 50
+	old := batches.NewPostgresResults(store.Pool(), oldRing)
+	for i := range n {
+		if err := old.Record(ctx, fmt.Sprintf("batch_%d", i), batches.Result{CustomID: "a", Kind: batches.ResultOutput, Line: []byte(`{"n":1}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A replica's transaction holds one row.
+	tx, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM batch_result_keys WHERE batch_id = 'batch_7' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv(envelope.EnvKey, envelope.EncodeKey(newKEK)+","+envelope.EncodeKey(oldKEK))
+	oldID := envelope.KeyID(oldKEK)
+	out, _, err := runCLI(t, "datakey", "rewrap", "--config", cfgPath)
+	if err != nil || !strings.Contains(out, fmt.Sprintf("batches/batch_result_keys: rewrapped %d ", n-1)) ||
+		!strings.Contains(out, "batches/batch_result_keys: still 1 under "+oldID) {
+		t.Fatalf("rewrap with a row locked: %v\n%s", err, out)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCLI(t, "datakey", "rewrap", "--config", cfgPath)
+	if err != nil || !strings.Contains(out, "batches/batch_result_keys: rewrapped 1 ") || strings.Contains(out, "still") {
+		t.Fatalf("second rewrap: %v\n%s", err, out)
+	}
+	newRing, _ := envelope.NewKeyring(newKEK)
+	fresh := batches.NewPostgresResults(store.Pool(), newRing)
+	for i := range n {
+		for r, err := range fresh.Recorded(ctx, fmt.Sprintf("batch_%d", i)) {
+			if err != nil || string(r.Line) != `{"n":1}` {
+				t.Fatalf("batch_%d after rewrap: %q, %v", i, r.Line, err)
+			}
+		}
+	}
 }
