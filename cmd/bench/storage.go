@@ -49,6 +49,7 @@ const (
 
 type storageResult struct {
 	Skip      string // why the section did not run
+	Limiter   *limiterResult
 	Modes     []*storageMode
 	FileBytes int64
 	Lines     int
@@ -99,6 +100,7 @@ func runStorage(ctx context.Context, o *options, tmp string) *storageResult {
 		return res
 	}
 	defer fake.stop()
+	res.Limiter = runLimiter(ctx, o, tmp)
 
 	embedded := &storageMode{Key: "embedded", Label: "embedded (SQLite + local disk)"}
 	fleet := &storageMode{Key: "fleet", Label: "fleet (PostgreSQL + S3 on versitygw)"}

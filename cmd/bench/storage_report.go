@@ -17,7 +17,7 @@ import (
 var onlyFlag = flag.String("only", "", "run only this section and update it in place in the report (storage)")
 
 // storageHeading starts the storage section of the report.
-const storageHeading = "## 7. Storage: embedded and fleet mode"
+const storageHeading = "## 7. Embedded and fleet mode"
 
 // runOnly runs the section -only names, writes it into the report in
 // place of its previous version and merges its figures into the figures
@@ -91,7 +91,7 @@ func (s *storageResult) figures() []figure {
 	if s == nil {
 		return nil
 	}
-	var fs []figure
+	fs := s.Limiter.figures()
 	add := func(name string, v float64, unit string, higher bool) {
 		if !math.IsNaN(v) && !math.IsInf(v, 0) && v != 0 {
 			fs = append(fs, figure{Name: storageFigurePrefix + name, Value: v, Unit: unit, Higher: higher})
@@ -130,23 +130,27 @@ func (s *storageResult) write(w func(string, ...any), alone bool) {
 		w("**%s.**\n\n", s.Skip)
 		return
 	}
+	if alone {
+		w("This section was last run alone (`go run ./cmd/bench -only storage`, %s, took %s); the rest of the report is from the full run above.\n\n",
+			time.Now().UTC().Format("2006-01-02 15:04 MST"), s.Elapsed.Round(time.Second))
+	}
+	s.Limiter.write(w)
+	w("### Storage: files and batches\n\n")
 	w("The same work on a fresh `switchyard run` per mode, one replica, against a fake upstream with no service time: ")
 	w("a %d MiB file of random bytes uploaded (`POST /v1/files`, multipart, streamed) and downloaded (`GET /v1/files/{id}/content`, checked by SHA-256) %d times (the median is shown; MB = 10^6 bytes), ",
 		s.FileBytes>>20, storageReps)
 	w("then a %d-line batch (`/v1/chat/completions`, `max_tokens` 16) timed from `POST /v1/batches` until it reads `completed` (polled every 50 ms), its output file then checked for one line per request. ", s.Lines)
 	w("Fleet mode runs on the servers the fleet-storage tests use, started the same way (`internal/testing/pgtest`: a throwaway PostgreSQL cluster on a unix socket with fsync off; ")
 	w("`internal/testing/s3test`: versitygw's posix backend on a local directory), so it measures Switchyard's own round trips, not a production database's durability or network. ")
-	if alone {
-		w("This section was last run alone (`go run ./cmd/bench -only storage`, %s, took %s); the rest of the report is from the full run above.", time.Now().UTC().Format("2006-01-02 15:04 MST"), s.Elapsed.Round(time.Second))
-	} else {
-		w("The section took %s.", s.Elapsed.Round(time.Second))
+	if !alone {
+		w("The section took %s. ", s.Elapsed.Round(time.Second))
 	}
 	if len(s.Versions) > 0 {
 		var vs []string
 		for _, v := range s.Versions {
 			vs = append(vs, v.k+" "+v.v)
 		}
-		w(" Servers: %s.", strings.Join(vs, ", "))
+		w("Servers: %s.", strings.Join(vs, ", "))
 	}
 	w("\n\n")
 	w("| mode | upload MB/s | download MB/s | batch | batch s | batch lines/s |\n|---|---:|---:|---|---:|---:|\n")
