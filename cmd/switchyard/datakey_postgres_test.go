@@ -307,3 +307,79 @@ func TestDatakeyPostgresPagesAndLockedRows(t *testing.T) {
 		}
 	}
 }
+
+// TestDatakeyPostgresRotateRetire: with a key file, rotate adds a KEK and
+// rewraps the fleet's data keys under it, status counts them per table,
+// and retire drops the old KEK only once no row in PostgreSQL uses it.
+func TestDatakeyPostgresRotateRetire(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	t.Setenv("SY_TEST_PG_DSN", dsn)
+	store, err := batches.OpenPostgresStore(ctx, dsn, pgdb.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfgPath := filepath.Join(t.TempDir(), "fleet.yaml")
+	if err := os.WriteFile(cfgPath, append(mustRead(t, "../../internal/config/default.yaml"),
+		"\nstorage:\n  metadata:\n    kind: postgres\n    dsn_env: SY_TEST_PG_DSN\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	oldKEK := make([]byte, envelope.KeySize)
+	_, _ = rand.Read(oldKEK)
+	keyFile := filepath.Join(t.TempDir(), "kek")
+	if err := envelope.WriteKeyFile(keyFile, [][]byte{oldKEK}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envelope.EnvKey, "")
+	t.Setenv(envelope.EnvKeyFile, keyFile)
+	oldRing, _ := envelope.NewKeyring(oldKEK)
+	if err := batches.NewPostgresResults(store.Pool(), oldRing).Record(ctx, "batch_r", batches.Result{CustomID: "a", Kind: batches.ResultOutput, Line: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	oldID := envelope.KeyID(oldKEK)
+	dir := t.TempDir()
+
+	out, _, err := runCLI(t, "datakey", "rotate", "--config", cfgPath, "--data-dir", dir)
+	if err != nil || !strings.Contains(out, "batches/batch_result_keys: rewrapped 1 ") {
+		t.Fatalf("rotate: %v\n%s", err, out)
+	}
+	keys, err := envelope.ParseKeys(readFile(t, keyFile))
+	if err != nil || len(keys) != 2 || envelope.KeyID(keys[1]) != oldID {
+		t.Fatalf("key file after rotate: %d keys, %v", len(keys), err)
+	}
+	newID := envelope.KeyID(keys[0])
+	if out, _, err = runCLI(t, "datakey", "status", "--config", cfgPath, "--data-dir", dir); err != nil ||
+		!strings.Contains(out, "batches/batch_result_keys: 1 under "+newID) {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	// A row written under the old KEK meanwhile (a replica not yet
+	// restarted) keeps it from being retired.
+	if err := batches.NewPostgresResults(store.Pool(), oldRing).Record(ctx, "batch_late", batches.Result{CustomID: "a", Kind: batches.ResultOutput, Line: []byte(`{"n":2}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err = runCLI(t, "datakey", "retire", "--config", cfgPath, "--data-dir", dir); err != nil ||
+		!strings.Contains(out, "Retired 0 KEK(s)") || !strings.Contains(out, "Kept "+oldID) {
+		t.Fatalf("retire with a row still under the old KEK: %v\n%s", err, out)
+	}
+	if out, _, err = runCLI(t, "datakey", "rewrap", "--config", cfgPath, "--data-dir", dir); err != nil ||
+		!strings.Contains(out, "batches/batch_result_keys: rewrapped 1 ") {
+		t.Fatalf("rewrap: %v\n%s", err, out)
+	}
+	if out, _, err = runCLI(t, "datakey", "retire", "--config", cfgPath, "--data-dir", dir); err != nil ||
+		!strings.Contains(out, "Retired 1 KEK(s)") || !strings.Contains(out, oldID) {
+		t.Fatalf("retire: %v\n%s", err, out)
+	}
+	keys, _ = envelope.ParseKeys(readFile(t, keyFile))
+	if len(keys) != 1 || envelope.KeyID(keys[0]) != newID {
+		t.Fatalf("key file after retire: %d keys", len(keys))
+	}
+	newRing, _ := envelope.NewKeyring(keys[0])
+	for _, id := range []string{"batch_r", "batch_late"} {
+		for r, err := range batches.NewPostgresResults(store.Pool(), newRing).Recorded(ctx, id) {
+			if err != nil || len(r.Line) == 0 {
+				t.Fatalf("%s with the new KEK alone: %q, %v", id, r.Line, err)
+			}
+		}
+	}
+}
