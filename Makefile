@@ -73,9 +73,13 @@ test: build vet lint test-deps spec-check
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
 # Benchmarks (cmd/bench): latency Switchyard adds over a direct call, side by side with
-# nginx and the Portkey gateway; streaming; hot-path microbenchmarks; peak RSS. Writes
+# nginx and the Portkey gateway; streaming; hot-path microbenchmarks; peak RSS; file
+# upload/download and batch throughput on embedded and fleet storage. Writes
 # docs/benchmarks.md and docs/benchmarks-latency.svg. Installs nginx (apt) and the
-# Portkey gateway (npm, into cmd/bench/.cache) when missing. Not part of `make test`.
+# Portkey gateway (npm, into cmd/bench/.cache) when missing, and for the storage section
+# PostgreSQL (apt) and versitygw (go install into bin/) as the fleet-storage tests do.
+# `go run ./cmd/bench -only storage` reruns the storage section alone, in place.
+# Not part of `make test`.
 .PHONY: bench
 bench: build
 	$(GO) run ./cmd/bench -bin $(BIN) -go $(GO)

@@ -82,7 +82,7 @@ func main() {
 	flag.BoolVar(&o.skipMicro, "skip-micro", false, "skip the go test microbenchmarks")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs, profiles)")
 	systemsFlag := flag.String("systems", strings.Join(gateways, ","), "the systems to measure besides direct (a quick probe: switchyard)")
-	phasesFlag := flag.String("phases", "latency,streaming,profiles,memory,batch,promptcache", "the phases to run besides the microbenchmarks (-skip-micro)")
+	phasesFlag := flag.String("phases", "latency,streaming,profiles,memory,batch,promptcache,storage", "the phases to run besides the microbenchmarks (-skip-micro)")
 	flag.Parse()
 	o.systems, o.phases = listFlag(*systemsFlag), listFlag(*phasesFlag)
 	for _, f := range strings.Split(concFlag, ",") {
@@ -131,6 +131,9 @@ func benchmark(ctx context.Context, o *options) error {
 		logf("temporary directory %s kept", tmp)
 	} else {
 		defer os.RemoveAll(tmp)
+	}
+	if *onlyFlag != "" {
+		return runOnly(ctx, o, tmp)
 	}
 	r.machine = readMachine(ctx, o)
 
@@ -182,6 +185,11 @@ func benchmark(ctx context.Context, o *options) error {
 		// Its own fakes and switchyard, after the others have stopped
 		// loading the machine.
 		r.promptCache = runPromptCache(ctx, o, tmp)
+	}
+	if o.phases["storage"] {
+		// Embedded and fleet storage, on their own fake and switchyards.
+		r.storage = runStorage(ctx, o, tmp)
+		r.machine.versions = append(r.machine.versions, r.storage.Versions...)
 	}
 	stopAll()
 	if ctx.Err() != nil {

@@ -57,6 +57,7 @@ func (r *report) figures() []figure {
 	for _, m := range r.memory {
 		add(fmt.Sprintf("peak RSS, %s", m.phase), float64(m.mem.HWM)/1024, "MiB", false)
 	}
+	fs = append(fs, r.storage.figures()...)
 	for _, m := range r.micro {
 		add(fmt.Sprintf("micro %s %s time", m.Pkg, m.Name), m.NsOp, "ns/op", false)
 		add(fmt.Sprintf("micro %s %s allocations", m.Pkg, m.Name), m.Allocs, "allocs/op", false)

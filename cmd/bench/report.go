@@ -106,6 +106,7 @@ type report struct {
 	microProfile     string
 	syConfig         string
 	promptCache      *promptCacheResult // nil: left out with -phases
+	storage          *storageResult     // nil: left out with -phases
 }
 
 // gateways are the systems measured besides direct, in the order of the
@@ -213,6 +214,7 @@ func (r *report) write() error {
 	r.writeBatch(w)
 	r.writeMemory(w)
 	r.writePromptCache(w)
+	r.storage.write(w, false)
 	r.writeTargets(w)
 	before, err := committedFigures(o.root, figuresPath(o.out))
 	if err != nil {

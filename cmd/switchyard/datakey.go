@@ -13,22 +13,26 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
 )
 
 const datakeyUsage = `switchyard datakey: the key-encryption keys (KEKs) of the content at rest
 
-  datakey status --data-dir DIR   where the KEKs come from, and how many data keys each wraps
-  datakey rotate --data-dir DIR   add a new primary KEK to the key file and rewrap every data key under it
-  datakey rewrap --data-dir DIR   rewrap every data key under the primary KEK (after changing $SWITCHYARD_DATA_KEY)
-  datakey retire --data-dir DIR   drop from the key file the KEKs that no data key uses any more
+  datakey status [--config FILE] --data-dir DIR   where the KEKs come from, and how many data keys each wraps
+  datakey rotate [--config FILE] --data-dir DIR   add a new primary KEK to the key file and rewrap every data key under it
+  datakey rewrap [--config FILE] --data-dir DIR   rewrap every data key under the primary KEK (after changing $SWITCHYARD_DATA_KEY)
+  datakey retire [--config FILE] --data-dir DIR   drop from the key file the KEKs that no data key uses any more
 
 rotate and retire work on the key file (DATA_DIR/data.key or $SWITCHYARD_DATA_KEY_FILE);
 with $SWITCHYARD_DATA_KEY, put the new key first in it, restart, and run rewrap.
 All of them work while a gateway runs on the same data directory. Restart the
 gateways between rotate and retire: a running one wraps new data keys under the
 KEK it started with until then, and retire keeps any KEK still in use.
+With a --config whose storage.metadata.kind is postgres, the data keys are the
+fleet's, in PostgreSQL (the DSN from the variable storage.metadata.dsn_env
+names), and they work while every replica runs.
 `
 
 // dataKeyDBs are the databases in the data directory that hold data keys
@@ -45,9 +49,15 @@ func cmdDatakey(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, datakeyUsage) }
 	dataDir := fs.String("data-dir", ".data", "the gateway's data directory")
+	cfgPath := fs.String("config", "", "configuration: its storage section says where the data keys are (PostgreSQL: the fleet's; default: the SQLite files in --data-dir)")
 	if _, err := parseArgs(fs, args[1:], 0); err != nil {
 		return err
 	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	h := keyHolders{dataDir: *dataDir, storage: cfg.Storage}
 	switch sub {
 	case "status":
 		ring, err := envelope.Load(*dataDir)
@@ -55,13 +65,8 @@ func cmdDatakey(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		fmt.Fprintf(stdout, "KEKs from %s: %s (primary first)\n", ring.Source(), strings.Join(ring.IDs(), ", "))
-		return eachKeyDB(ctx, *dataDir, func(name string, db *sql.DB) error {
-			inUse, err := envelope.KEKsInUse(ctx, db)
-			if err != nil {
-				return err
-			}
+		return h.inUse(ctx, func(name string, inUse map[string]int) {
 			fmt.Fprintf(stdout, "%s: %s\n", name, formatInUse(inUse))
-			return nil
 		})
 	case "rotate":
 		path, err := envelope.KeyFile(*dataDir)
@@ -93,9 +98,9 @@ func cmdDatakey(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		fmt.Fprintf(stdout, "Added KEK %s to %s as the primary (was %s).\n", envelope.KeyID(key), path, ring.PrimaryID())
-		return rewrapAll(ctx, *dataDir, stdout)
+		return h.rewrapAll(ctx, stdout)
 	case "rewrap":
-		return rewrapAll(ctx, *dataDir, stdout)
+		return h.rewrapAll(ctx, stdout)
 	case "retire":
 		path, err := envelope.KeyFile(*dataDir)
 		if err != nil {
@@ -113,12 +118,10 @@ func cmdDatakey(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		used := map[string]bool{}
-		if err := eachKeyDB(ctx, *dataDir, func(_ string, db *sql.DB) error {
-			inUse, err := envelope.KEKsInUse(ctx, db)
+		if err := h.inUse(ctx, func(_ string, inUse map[string]int) {
 			for id := range inUse {
 				used[id] = true
 			}
-			return err
 		}); err != nil {
 			return err
 		}
@@ -149,14 +152,76 @@ func cmdDatakey(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return fmt.Errorf("datakey: unknown subcommand %q", sub)
 }
 
-// rewrapAll rewraps every database's data keys under the primary KEK and
-// erases the old wrappings from the files.
-func rewrapAll(ctx context.Context, dataDir string, stdout io.Writer) error {
-	ring, err := envelope.Load(dataDir)
+// keyHolders are where the data keys are: the SQLite files of the data
+// directory, or the fleet's PostgreSQL tables (datakey_postgres.go).
+type keyHolders struct {
+	dataDir string
+	storage config.Storage
+}
+
+func (h keyHolders) postgres() bool { return h.storage.Metadata.Kind == config.MetadataPostgres }
+
+// inUse calls f with how many data keys each KEK wraps, per database or
+// table.
+func (h keyHolders) inUse(ctx context.Context, f func(name string, inUse map[string]int)) error {
+	if h.postgres() {
+		pool, err := openDatakeyPG(ctx, h.storage)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return eachPGKeyTable(ctx, pool, func(t pgKeyTable) error {
+			inUse, err := pgKEKsInUse(ctx, pool, t)
+			if err == nil {
+				f(t.name, inUse)
+			}
+			return err
+		})
+	}
+	return eachKeyDB(ctx, h.dataDir, func(name string, db *sql.DB) error {
+		inUse, err := envelope.KEKsInUse(ctx, db)
+		if err == nil {
+			f(name, inUse)
+		}
+		return err
+	})
+}
+
+// rewrapAll rewraps every data key under the primary KEK: in each SQLite
+// database, erasing the old wrappings from the files, or in each of the
+// fleet's PostgreSQL tables.
+func (h keyHolders) rewrapAll(ctx context.Context, stdout io.Writer) error {
+	ring, err := envelope.Load(h.dataDir)
 	if err != nil {
 		return err
 	}
-	return eachKeyDB(ctx, dataDir, func(name string, db *sql.DB) error {
+	if h.postgres() {
+		pool, err := openDatakeyPG(ctx, h.storage)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return eachPGKeyTable(ctx, pool, func(t pgKeyTable) error {
+			n, err := pgRewrap(ctx, pool, ring, t)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "%s: rewrapped %d data key(s) under %s\n", t.name, n, ring.PrimaryID())
+			// What a run leaves: rows a replica held locked, or keys a
+			// replica not yet restarted wrapped under an older primary.
+			inUse, err := pgKEKsInUse(ctx, pool, t)
+			if err != nil {
+				return err
+			}
+			delete(inUse, ring.PrimaryID())
+			if len(inUse) > 0 {
+				fmt.Fprintf(stdout, "%s: still %s (rows in use, or written by a replica not yet restarted on the new primary): run datakey rewrap again\n",
+					t.name, formatInUse(inUse))
+			}
+			return nil
+		})
+	}
+	return eachKeyDB(ctx, h.dataDir, func(name string, db *sql.DB) error {
 		n, err := ring.Rewrap(ctx, db)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

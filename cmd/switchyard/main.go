@@ -29,7 +29,7 @@ Usage:
   switchyard keys rotate --data-dir DIR [--grace 24h] [--config FILE] KEY_OR_ID
   switchyard keys set-tier --data-dir DIR [--rpm N] [--tpm N] [--models IDS] [--monthly-budget USD] [--budget-alert R] [--config FILE] KEY_OR_ID TIER
   switchyard usage --data-dir DIR [--key KEY_OR_ID] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format json|csv]
-  switchyard datakey status|rotate|rewrap|retire --data-dir DIR
+  switchyard datakey status|rotate|rewrap|retire [--config FILE] --data-dir DIR
   switchyard fake [--listen ADDR] [--api-key-env VAR] [--service-time D] [--chunk-delay D]
   switchyard envoy bootstrap [--config FILE] [--node-id ID] [--xds ADDR] [--extproc ADDR|unix:PATH] [--ratelimit ADDR]
   switchyard envoy snapshot [--config FILE]

@@ -371,3 +371,47 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Server is a throwaway cluster started outside a test binary (cmd/bench's
+// storage section): the same cluster the tests run, owned by the caller,
+// who stops it. It is independent of the one DSN and Pool share.
+type Server struct{ c *cluster }
+
+// Start starts a throwaway cluster as the tests do (installing PostgreSQL
+// with apt-get when missing and running as root).
+func Start() (*Server, error) {
+	c, err := start()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{c: c}, nil
+}
+
+// CreateDatabase creates an empty database name and returns its DSN.
+func (s *Server) CreateDatabase(ctx context.Context, name string) (string, error) {
+	if err := s.c.admin(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("pgtest: create database %s: %w", name, err)
+	}
+	return s.c.dsn(name), nil
+}
+
+// DSN is the connection string of database db (postgres: the one every
+// cluster has).
+func (s *Server) DSN(db string) string { return s.c.dsn(db) }
+
+// Version is the server's version string (SHOW server_version).
+func (s *Server) Version(ctx context.Context) (string, error) {
+	conn, err := pgx.Connect(ctx, s.c.dsn("postgres"))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(context.Background())
+	var v string
+	err = conn.QueryRow(ctx, "SHOW server_version").Scan(&v)
+	return v, err
+}
+
+// Stop shuts the cluster down (fast shutdown) and removes its directory.
+func (s *Server) Stop() error {
+	return testserver.Stop("postgres", s.c.cmd.Process, s.c.done, syscall.SIGINT, 30*time.Second, s.c.log, s.c.dir)
+}

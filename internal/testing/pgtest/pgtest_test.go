@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
+	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -41,5 +42,38 @@ func TestDatabasePerTest(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("%d of the subtests' databases %v are still there after their tests", n, names)
+	}
+}
+
+// TestServerOutsideTests: Start runs a cluster of its own (as cmd/bench
+// does, outside go test), whose databases accept connections, and Stop
+// removes it.
+func TestServerOutsideTests(t *testing.T) {
+	s, err := pgtest.Start()
+	if err != nil {
+		testserver.Unavailable(t, "PostgreSQL", "this test does not run against a real server", err)
+	}
+	ctx := context.Background()
+	dsn, err := s.CreateDatabase(ctx, "bench")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil || db != "bench" {
+		t.Fatalf("current_database() = %q, %v", db, err)
+	}
+	conn.Close(ctx)
+	if v, err := s.Version(ctx); err != nil || v == "" {
+		t.Errorf("Version() = %q, %v", v, err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgx.Connect(ctx, dsn); err == nil {
+		t.Error("the cluster still accepts connections after Stop")
 	}
 }

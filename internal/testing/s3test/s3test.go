@@ -350,3 +350,34 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// Server is a versitygw gateway started outside a test binary (cmd/bench's
+// storage section): the same gateway the tests run, owned by the caller,
+// who stops it. It is independent of the one Endpoint and Bucket share.
+type Server struct{ g *gateway }
+
+// Start starts a gateway as the tests do (installing versitygw into bin/
+// when missing). Its credentials are AccessKey and SecretKey.
+func Start() (*Server, error) {
+	g, err := start()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{g: g}, nil
+}
+
+// Endpoint is the gateway's base URL (http://127.0.0.1:port).
+func (s *Server) Endpoint() string { return s.g.endpoint }
+
+// CreateBucket creates an empty bucket.
+func (s *Server) CreateBucket(ctx context.Context, name string) error {
+	if _, err := NewClient(s.g.endpoint).CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return fmt.Errorf("s3test: create bucket %s: %w", name, err)
+	}
+	return nil
+}
+
+// Stop stops the gateway and removes its directory.
+func (s *Server) Stop() error {
+	return testserver.Stop("versitygw", s.g.cmd.Process, s.g.done, syscall.SIGTERM, 15*time.Second, s.g.log, s.g.dir)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/switchyard-ai/switchyard/internal/testing/s3test"
+	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }
@@ -41,5 +42,29 @@ func TestBucketPerTest(t *testing.T) {
 	}
 	if len(list.Contents) != 0 {
 		t.Fatalf("the other bucket lists %d objects", len(list.Contents))
+	}
+}
+
+// TestServerOutsideTests: Start runs a gateway of its own (as cmd/bench
+// does, outside go test), which serves a bucket CreateBucket made, and Stop
+// ends it.
+func TestServerOutsideTests(t *testing.T) {
+	s, err := s3test.Start()
+	if err != nil {
+		testserver.Unavailable(t, "versitygw", "this test does not run against a real S3 store", err)
+	}
+	ctx := context.Background()
+	if err := s.CreateBucket(ctx, "bench"); err != nil {
+		t.Fatal(err)
+	}
+	c := s3test.NewClient(s.Endpoint())
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("bench"), Key: aws.String("k"), Body: strings.NewReader("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListBuckets(ctx, &s3.ListBucketsInput{}); err == nil {
+		t.Error("the gateway still answers after Stop")
 	}
 }
