@@ -33,7 +33,7 @@ KEK it started with until then, and retire keeps any KEK still in use.
 
 // dataKeyDBs are the databases in the data directory that hold data keys
 // (each store's dbFile).
-var dataKeyDBs = []string{"responses.db", "files.db", "vectorstores.db"}
+var dataKeyDBs = []string{"responses.db", "files.db", "vectorstores.db", "conversations.db"}
 
 func cmdDatakey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
