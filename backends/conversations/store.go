@@ -103,3 +103,5 @@ var (
 	ErrTooManyItems  = errors.New("conversations: too many items")
 	ErrTooLarge      = errors.New("conversations: conversation too large")
 )
+
+func unix(sec int64) time.Time { return time.Unix(sec, 0) }
