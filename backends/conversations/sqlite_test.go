@@ -2,6 +2,7 @@ package conversations_test
 
 import (
 	"database/sql"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -36,4 +37,30 @@ func openSQLite(t *testing.T, dir string) *sql.DB {
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
+}
+
+type dataFile struct {
+	name string
+	data []byte
+}
+
+// dataFiles reads every file in dir.
+func dataFiles(t *testing.T, dir string) []dataFile {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []dataFile
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, dataFile{e.Name(), b})
+	}
+	return out
 }
