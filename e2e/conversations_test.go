@@ -4,19 +4,27 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/conversations"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
+	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 )
 
 // conversationVendors are the vendor stack's chat models, one per wire
@@ -253,5 +261,67 @@ func TestResponsesTruncation(t *testing.T) {
 				t.Errorf("items after the turn: %v %d", err, len(page.Data))
 			}
 		})
+	}
+}
+
+// TestConversationsAcrossReplicas: two gateways with storage.metadata.kind
+// postgres on one database: a conversation created on one continues on
+// the other (a streamed turn there), both list the same items, and a
+// delete through one erases its rows from the shared database.
+func TestConversationsAcrossReplicas(t *testing.T) {
+	t.Setenv(fleetDSNEnv, pgtest.DSN(t))
+	t.Setenv(envelope.EnvKey, envelope.EncodeKey(make([]byte, envelope.KeySize)))
+	extra := fmt.Sprintf("storage:\n  metadata:\n    kind: postgres\n    dsn_env: %s\n", fleetDSNEnv)
+	a := newStack(t, stackOptions{extraYAML: extra})
+	b := newStack(t, stackOptions{extraYAML: extra, gateway: func(o *gateway.Options) { o.DataDir = a.dataDir }})
+	ctx := context.Background()
+	ca, cb := a.client(), b.client(option.WithAPIKey(a.key))
+
+	conv, err := ca.Conversations.New(ctx, conversations.ConversationNewParams{Metadata: shared.Metadata{"replica": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	param := responses.ResponseNewParamsConversationUnion{OfString: openai.String(conv.ID)}
+	if _, err := ca.Responses.New(ctx, responses.ResponseNewParams{Model: "demo/chat", Conversation: param,
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hello from replica a")}}); err != nil {
+		t.Fatal(err)
+	}
+	st := cb.Responses.NewStreaming(ctx, responses.ResponseNewParams{Model: "demo/chat", Conversation: param,
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("and on replica b")}})
+	var done *responses.Response
+	for st.Next() {
+		if ev := st.Current(); ev.Type == "response.completed" {
+			r := ev.Response
+			done = &r
+		}
+	}
+	if err := st.Err(); err != nil || done == nil {
+		t.Fatalf("streamed turn on b: %v (completed %v)", err, done != nil)
+	}
+	if up := string(b.upstream.all()[len(b.upstream.all())-1].body); !strings.Contains(up, "hello from replica a") {
+		t.Errorf("b's model call lacked a's turn: %.300s", up)
+	}
+	for name, c := range map[string]openai.Client{"a": ca, "b": cb} {
+		page, err := c.Conversations.Items.List(ctx, conv.ID, conversations.ItemListParams{Order: conversations.ItemListParamsOrderAsc})
+		if err != nil || len(page.Data) != 4 || page.Data[3].ID != done.Output[0].ID {
+			t.Fatalf("items through %s: %v %+v", name, err, page)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(a.dataDir, "conversations.db")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("conversations.db in the data directory of a fleet: %v", err)
+	}
+	if _, err := cb.Conversations.Delete(ctx, conv.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ca.Conversations.Get(ctx, conv.ID)
+	apiError(t, err, http.StatusNotFound, "not_found")
+	pg, err := pgx.Connect(ctx, os.Getenv(fleetDSNEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close(ctx)
+	var n int
+	if err := pg.QueryRow(ctx, `SELECT (SELECT count(*) FROM conversations) + (SELECT count(*) FROM conversation_items)`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows left (%v)", n, err)
 	}
 }
