@@ -110,14 +110,22 @@ func (s *Service) conversationHistory(ctx context.Context, owner string, req *cr
 		s.log.Error("responses: load conversation failed", "conversation", req.conversation, "err", err)
 		return nil, apierror.Server(http.StatusInternalServerError, "internal_error", "The conversation could not be loaded.")
 	}
-	seen := make(map[string]bool, len(items))
+	seen := make(map[string]bool, len(items)+len(req.input))
+	inConv := make(map[string]bool, len(items))
 	for _, it := range items {
-		seen[gjson.GetBytes(it, "id").Str] = true
+		id := gjson.GetBytes(it, "id").Str
+		seen[id], inConv[id] = true, true
 	}
 	kept := req.input[:0]
-	for _, it := range req.input {
-		if !seen[gjson.GetBytes(it, "id").Str] {
+	for i, it := range req.input {
+		id := gjson.GetBytes(it, "id").Str
+		if seen[id] && !inConv[id] {
+			// Twice in this input: the conversation could not hold both.
+			return nil, apierror.InvalidParam(fmt.Sprintf("input[%d].id", i), "Duplicate item id '%s' in 'input'.", id)
+		}
+		if !seen[id] {
 			kept = append(kept, it)
+			seen[id] = true
 		}
 	}
 	req.input = kept
