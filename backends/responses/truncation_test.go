@@ -28,7 +28,6 @@ func (g *windowGateway) Do(_ context.Context, _, _, method, path string, _ io.Re
 	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(body))}, nil
 }
 
-
 func textItem(id, role, text string) []byte {
 	b := []byte(`{"id":"` + id + `","type":"message","role":"` + role + `","content":[{"type":"`)
 	if role == "assistant" {
