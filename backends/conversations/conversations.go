@@ -285,8 +285,8 @@ func parseItems(v gjson.Result) ([][]byte, *apierror.Error) {
 		switch {
 		case len(it) > MaxItemBytes:
 			return nil, apierror.InvalidParam(fmt.Sprintf("items[%d]", i), "Invalid 'items[%d]': the item is %d bytes, more than the limit of %d bytes.", i, len(it), MaxItemBytes)
-		case len(id) > maxItemIDLen:
-			return nil, apierror.InvalidParam(fmt.Sprintf("items[%d].id", i), "Invalid 'items[%d].id': longer than %d characters.", i, maxItemIDLen)
+		case len(id) > maxItemIDLen || strings.Contains(id, "/"):
+			return nil, apierror.InvalidParam(fmt.Sprintf("items[%d].id", i), "Invalid 'items[%d].id': expected at most %d characters and no '/' (an item id is a path segment).", i, maxItemIDLen)
 		case seen[id]:
 			return nil, apierror.InvalidParam(fmt.Sprintf("items[%d].id", i), "Duplicate item id '%s' in 'items'.", id)
 		}

@@ -85,6 +85,7 @@ func TestRequestBounds(t *testing.T) {
 		{"an item too large", "POST", "/v1/conversations/" + id + "/items", `{"items":[` + msg(big) + `]}`, 400, "items[0]"},
 		{"items not an array", "POST", "/v1/conversations", `{"items":{}}`, 400, "items"},
 		{"a bad item", "POST", "/v1/conversations", `{"items":[{"type":"message","role":"robot","content":"x"}]}`, 400, "items[0].role"},
+		{"a slash in an id", "POST", "/v1/conversations", `{"items":[{"id":"a/b","role":"user","content":"x"}]}`, 400, "items[0].id"},
 		{"duplicate ids", "POST", "/v1/conversations", `{"items":[{"id":"a","role":"user","content":"x"},{"id":"a","role":"user","content":"y"}]}`, 400, "items[1].id"},
 		{"an id already there", "POST", "/v1/conversations/" + id + "/items", `{"items":[{"id":"a","role":"user","content":"x"}]}`, 200, ""},
 		{"the same id again", "POST", "/v1/conversations/" + id + "/items", `{"items":[{"id":"a","role":"user","content":"x"}]}`, 400, "items"},

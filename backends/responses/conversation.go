@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -119,6 +120,10 @@ func (s *Service) conversationHistory(ctx context.Context, owner string, req *cr
 	kept := req.input[:0]
 	for i, it := range req.input {
 		id := gjson.GetBytes(it, "id").Str
+		if len(id) > 256 || strings.Contains(id, "/") {
+			// The conversation's items are addressed by id in paths.
+			return nil, apierror.InvalidParam(fmt.Sprintf("input[%d].id", i), "Invalid 'input[%d].id': expected at most 256 characters and no '/' in an item of a conversation.", i)
+		}
 		if seen[id] && !inConv[id] {
 			// Twice in this input: the conversation could not hold both.
 			return nil, apierror.InvalidParam(fmt.Sprintf("input[%d].id", i), "Duplicate item id '%s' in 'input'.", id)

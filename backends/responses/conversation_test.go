@@ -77,6 +77,7 @@ func TestConversationHistory(t *testing.T) {
 		{"new input", "alice", [][]byte{textItem("m3", "user", "three")}, "m3", 0, ""},
 		{"resent history", "alice", [][]byte{textItem("m1", "user", "one"), textItem("m2", "assistant", "two"), textItem("m3", "user", "three")}, "m3", 0, ""},
 		{"an id twice", "alice", [][]byte{textItem("m3", "user", "three"), textItem("m3", "user", "again")}, "", 400, "input[1].id"},
+		{"a slash in an id", "alice", [][]byte{textItem("m/3", "user", "three")}, "", 400, "input[0].id"},
 		{"another owner", "bob", [][]byte{textItem("m3", "user", "three")}, "", 404, "conversation"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
