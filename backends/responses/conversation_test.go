@@ -2,6 +2,7 @@ package responses
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
@@ -98,6 +99,34 @@ func TestConversationHistory(t *testing.T) {
 			}
 			if strings.Join(kept, ",") != tc.kept || gjson.GetBytes(hist, "#.id").Raw != `["m1","m2"]` {
 				t.Errorf("kept %v, history %s", kept, hist)
+			}
+		})
+	}
+}
+
+// TestAppendToConversation: a completed or incomplete response appends its
+// input and then its output; a failed one, or one without a
+// conversation, appends nothing.
+func TestAppendToConversation(t *testing.T) {
+	for _, tc := range []struct {
+		status, conversation string
+		want                 string
+	}{
+		{"completed", "conv_1", `["in1","out1"]`},
+		{"incomplete", "conv_1", `["in1","out1"]`},
+		{"failed", "conv_1", `[]`},
+		{"completed", "", `[]`},
+	} {
+		t.Run(tc.status+tc.conversation, func(t *testing.T) {
+			stub := &convStub{}
+			s := &Service{convs: stub, log: slog.New(slog.DiscardHandler)}
+			ru := &run{s: s, owner: "alice", req: &createRequest{conversation: tc.conversation, input: [][]byte{textItem("in1", "user", "q")}},
+				obj: &responseObject{ID: "resp_1", Status: tc.status, Output: []json.RawMessage{textItem("out1", "assistant", "a")}}}
+			if err := s.appendToConversation(t.Context(), ru); err != nil {
+				t.Fatal(err)
+			}
+			if got := gjson.GetBytes(joinItems(stub.appended), "#.id").Raw; got != tc.want {
+				t.Errorf("appended %s, want %s", got, tc.want)
 			}
 		})
 	}
