@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/backends/batches"
 	"github.com/switchyard-ai/switchyard/backends/caller"
+	"github.com/switchyard-ai/switchyard/backends/conversations"
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
@@ -60,6 +61,13 @@ type Options struct {
 	// fails.
 	ResponsesStore responses.Store
 	VectorStore    vectorstores.Store
+	// ConversationStore, when set, keeps the conversations instead of
+	// DataDir/conversations.db (a fleet's Postgres store). The Service
+	// closes it, also when New fails.
+	ConversationStore conversations.Store
+	// Tokenizers names each model's tokenizer, which the Responses API's
+	// truncation "auto" counts with (responses.Options.Tokenizers).
+	Tokenizers map[string]string
 	// Files, when set, is the files service to use (fleet storage) instead
 	// of the one in DataDir; Close closes it.
 	Files  *files.Store
@@ -71,6 +79,7 @@ type Service struct {
 	files     *files.Store
 	batches   *batches.Service
 	responses *responses.Service
+	convs     *conversations.Service
 	vectors   *vectorstores.Service // nil without an embedding model
 	handler   http.Handler
 	cancel    context.CancelFunc
@@ -88,12 +97,15 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	s := &Service{}
 	// The stores passed in not yet handed to their services are closed
 	// here if New fails, or (the vector store) when vector stores are off.
-	respStore, vecStore := opts.ResponsesStore, opts.VectorStore
+	respStore, vecStore, convStore := opts.ResponsesStore, opts.VectorStore, opts.ConversationStore
 	defer func() {
 		if err != nil {
 			s.Close()
 			if respStore != nil {
 				_ = respStore.Close()
+			}
+			if convStore != nil {
+				_ = convStore.Close()
 			}
 		}
 		if vecStore != nil {
@@ -119,8 +131,14 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 		vecStore = nil // the service's now
 		fileSearch = s.vectors
 	}
+	if s.convs, err = conversations.New(ctx, conversations.Options{DataDir: opts.DataDir, Store: convStore,
+		Logger: log.With("service", "conversations")}); err != nil {
+		return nil, err
+	}
+	convStore = nil // the service's now
 	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway, Store: respStore,
 		Search: opts.Search, FileSearch: fileSearch, CodeInterpreter: opts.CodeInterpreter,
+		Conversations: s.convs, Tokenizers: opts.Tokenizers,
 		Logger: log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
@@ -132,6 +150,8 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	mux.Handle("/v1/batches/", s.batches.Handler())
 	mux.Handle("/v1/responses", s.responses.Handler())
 	mux.Handle("/v1/responses/", s.responses.Handler())
+	mux.Handle("/v1/conversations", s.convs.Handler())
+	mux.Handle("/v1/conversations/", s.convs.Handler())
 	if s.vectors != nil {
 		mux.Handle("/v1/vector_stores", s.vectors.Handler())
 		mux.Handle("/v1/vector_stores/", s.vectors.Handler())
@@ -157,8 +177,8 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	return s, nil
 }
 
-// Handler serves /v1/files, /v1/batches, /v1/responses and, with an
-// embedding model, /v1/vector_stores.
+// Handler serves /v1/files, /v1/batches, /v1/responses,
+// /v1/conversations and, with an embedding model, /v1/vector_stores.
 func (s *Service) Handler() http.Handler { return s.handler }
 
 // Close stops the runner (in-flight lines are resumed at the next start)
@@ -170,6 +190,9 @@ func (s *Service) Close() {
 	}
 	if s.responses != nil {
 		_ = s.responses.Close()
+	}
+	if s.convs != nil {
+		_ = s.convs.Close()
 	}
 	if s.batches != nil {
 		_ = s.batches.Close()

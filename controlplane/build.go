@@ -78,7 +78,7 @@ const (
 
 // BackendPaths are the paths the Go backends service answers. Their routes
 // come before the model routes: first match wins.
-var BackendPaths = []string{"/v1/files", "/v1/batches", "/v1/responses", "/v1/vector_stores", "/v1/models"}
+var BackendPaths = []string{"/v1/files", "/v1/batches", "/v1/responses", "/v1/conversations", "/v1/vector_stores", "/v1/models"}
 
 // ModelRouteName is the name of a model's default route, which sends it to
 // its providers in failover order.

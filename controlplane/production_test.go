@@ -39,7 +39,7 @@ func TestBuildProduction(t *testing.T) {
 	for _, r := range vh.GetRoutes() {
 		names = append(names, r.GetName())
 	}
-	wantRoutes := []string{"backend:/v1/files", "backend:/v1/batches", "backend:/v1/responses", "backend:/v1/vector_stores", "backend:/v1/models",
+	wantRoutes := []string{"backend:/v1/files", "backend:/v1/batches", "backend:/v1/responses", "backend:/v1/conversations", "backend:/v1/vector_stores", "backend:/v1/models",
 		"model:openai/gpt-4o-mini@openai", "model:openai/gpt-4o-mini",
 		"model:meta/llama-3.3-70b@groq", "model:meta/llama-3.3-70b",
 		"model:deepseek/deepseek-chat@deepseek", "model:deepseek/deepseek-chat",

@@ -110,9 +110,10 @@ func newVendorStack(t *testing.T, wrap ...func(http.Handler) http.Handler) *vend
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	dataDir := t.TempDir()
 	gw, err := gateway.Start(ctx, gateway.Options{
 		Config:         cfg,
-		DataDir:        t.TempDir(),
+		DataDir:        dataDir,
 		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ListenOverride: "127.0.0.1:0",
 		RateLimitClock: fixedClock{},
@@ -125,7 +126,7 @@ func newVendorStack(t *testing.T, wrap ...func(http.Handler) http.Handler) *vend
 	if err != nil {
 		t.Fatal(err)
 	}
-	vs.stack = &stack{gw: gw, key: key, logs: logs}
+	vs.stack = &stack{gw: gw, key: key, logs: logs, dataDir: dataDir}
 	return vs
 }
 

@@ -17,7 +17,7 @@ func internalHeaders(path, token, owner, origin string) []string {
 func TestBackendPathsCarryTheCaller(t *testing.T) {
 	h := newLimitHarness(t, nil)
 	h.srv.internalToken = internalTestToken
-	for _, path := range []string{"/v1/files", "/v1/files/file-abc/content", "/v1/batches?limit=2", "/v1/responses/resp_1"} {
+	for _, path := range []string{"/v1/files", "/v1/files/file-abc/content", "/v1/batches?limit=2", "/v1/responses/resp_1", "/v1/conversations/conv_1/items"} {
 		t.Run(path, func(t *testing.T) {
 			// A client's forged caller headers are removed and replaced.
 			resp := h.open(t).do(reqHeaders(false, ":method", "GET", ":path", path, "authorization", "Bearer "+rotatedKey,

@@ -349,7 +349,7 @@ func isBackendPath(p string) bool {
 }
 
 // backendPaths are the backends' path prefixes (controlplane routes them).
-var backendPaths = [...]string{"/v1/files", "/v1/batches", "/v1/responses", "/v1/vector_stores"}
+var backendPaths = [...]string{"/v1/files", "/v1/batches", "/v1/responses", "/v1/conversations", "/v1/vector_stores"}
 
 // setCaller adds the caller headers a backend trusts to a request headers
 // mutation.

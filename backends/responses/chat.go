@@ -28,14 +28,6 @@ func (c *conversation) addInstructions(text string) {
 	c.msgs = append(c.msgs, append(m, '}'))
 }
 
-// addItems adds every item of a JSON array of normalized items.
-func (c *conversation) addItems(arr []byte) {
-	gjson.ParseBytes(arr).ForEach(func(_, it gjson.Result) bool {
-		c.addItem(it)
-		return true
-	})
-}
-
 // addItem adds one normalized item (see normalizeItem and the output item
 // shapes).
 func (c *conversation) addItem(it gjson.Result) {

@@ -14,6 +14,7 @@ type responseObject struct {
 	Status             string            `json:"status"`
 	CompletedAt        *int64            `json:"completed_at"`
 	Background         bool              `json:"background"`
+	Conversation       *conversationRef  `json:"conversation,omitempty"`
 	Error              *responseError    `json:"error"`
 	IncompleteDetails  *incomplete       `json:"incomplete_details"`
 	Instructions       *string           `json:"instructions"`
@@ -39,6 +40,11 @@ type responseObject struct {
 	Usage    *usage          `json:"usage,omitempty"`
 	User     *string         `json:"user,omitempty"`
 	Metadata json.RawMessage `json:"metadata"`
+}
+
+// conversationRef names the conversation a response belongs to.
+type conversationRef struct {
+	ID string `json:"id"`
 }
 
 type responseError struct {
@@ -97,6 +103,9 @@ func newObject(id string, createdAt int64, req *createRequest) *responseObject {
 	}
 	if req.previousID != "" {
 		o.PreviousResponseID = &req.previousID
+	}
+	if req.conversation != "" {
+		o.Conversation = &conversationRef{ID: req.conversation}
 	}
 	if req.temperature.Exists() {
 		o.Temperature = req.temperature.Num

@@ -35,6 +35,7 @@ type createRequest struct {
 	maxToolCalls      int64        // 0: no limit on built-in tool calls
 	parallelToolCalls gjson.Result // bool, or absent
 	previousID        string
+	conversation      string // the conversation's id, "" for none (conversation.go)
 	store             bool
 	stream            bool
 	metadata          []byte // object
@@ -131,6 +132,7 @@ func parseCreate(body []byte, ids func(prefix string) string, searchOK bool) (*c
 		req.parseLimits,
 		req.parseFlags,
 		req.parseIdentifiers,
+		req.parseConversation,
 		refuseUnsupported,
 		req.parseOutputOptions,
 		func(root gjson.Result) *apierror.Error { return req.parseTools(root.Get("tools"), searchOK) },
@@ -261,7 +263,7 @@ func refuseUnsupported(root gjson.Result) *apierror.Error {
 	if v := root.Get("background"); v.Exists() && v.Type == gjson.True {
 		return apierror.InvalidParam("background", "Background responses are not supported on this gateway.")
 	}
-	for _, name := range []string{"conversation", "prompt"} {
+	for _, name := range []string{"prompt"} {
 		if v := root.Get(name); v.Exists() && v.Type != gjson.Null {
 			return apierror.InvalidParam(name, "The '%s' parameter is not supported on this gateway.", name)
 		}

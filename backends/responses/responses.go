@@ -14,13 +14,14 @@
 // docs/backends-design.md is the contract with extproc and the gateway.
 //
 // What OpenAI offers and this gateway refuses with a 400 naming the
-// parameter, rather than silently ignoring: background responses,
-// conversation, prompt templates, item_reference input items, file_id
-// images and files, the built-in tools other than web search, the code
-// interpreter and file search (computer use, image generation, MCP,
-// shell), code interpreter containers with files or network access, and
-// file_search attribute filters. truncation is echoed but not applied: an
-// over-long conversation fails as the model's context limit makes it fail.
+// parameter, rather than silently ignoring: background responses, prompt
+// templates, item_reference input items, file_id images and files, the
+// built-in tools other than web search, the code interpreter and file
+// search (computer use, image generation, MCP, shell), code interpreter
+// containers with files or network access, and file_search attribute
+// filters. conversation continues a conversation of package
+// conversations (conversation.go); truncation "auto" drops the oldest
+// turns that do not fit the model's context window (truncation.go).
 package responses
 
 import (
@@ -73,6 +74,13 @@ type Options struct {
 	// FileSearch runs the file_search tool over the owner's vector stores;
 	// nil: requests with file_search are refused with 400.
 	FileSearch FileSearcher
+	// Conversations keeps the conversations the conversation parameter
+	// continues; nil: requests with conversation are refused with 400.
+	Conversations Conversations
+	// Tokenizers names each model's tokenizer (package tokenizer), which
+	// truncation "auto" counts with; a model not in it is counted with the
+	// byte estimate.
+	Tokenizers map[string]string
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
 	// Logger receives ids, statuses and counts, never content; nil:
@@ -108,6 +116,8 @@ type Service struct {
 	search      Searcher
 	code        CodeRunner
 	files       FileSearcher
+	convs       Conversations
+	tokenizers  map[string]string
 	store       *store
 	now         func() time.Time
 	log         *slog.Logger
@@ -130,6 +140,7 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	s := &Service{gw: opts.Gateway, search: opts.Search, store: st, now: opts.Now, log: opts.Logger, maxSteps: opts.MaxSteps}
 	s.code = opts.CodeInterpreter
 	s.files = opts.FileSearch
+	s.convs, s.tokenizers = opts.Conversations, opts.Tokenizers
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -320,9 +331,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 
 	now := s.now()
 	ru := &run{s: s, owner: owner, req: req, obj: newObject(s.newID("resp_"), now.Unix(), req)}
-	if req.instructions != "" {
-		ru.conv.addInstructions(req.instructions)
-	}
+	var history [][]byte // earlier items, JSON arrays oldest first
 	if req.previousID != "" {
 		chain, err := s.store.chain(ctx, owner, req.previousID, now, maxChain, maxChainBytes)
 		if errors.Is(err, ErrNotFound) {
@@ -346,8 +355,7 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 		}
 		seen := map[string]bool{}
 		for _, prev := range chain {
-			ru.conv.addItems(prev.Input)
-			ru.conv.addItems(prev.Output)
+			history = append(history, prev.Input, prev.Output)
 			for _, arr := range [][]byte{prev.Input, prev.Output} {
 				for _, id := range gjson.GetBytes(arr, "#.id").Array() {
 					seen[id.Str] = true
@@ -365,9 +373,15 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 		}
 		req.input = kept
 	}
-	for _, it := range req.input {
-		ru.conv.addItem(gjson.ParseBytes(it))
+	if req.conversation != "" {
+		items, aerr := s.conversationHistory(ctx, owner, req)
+		if aerr != nil {
+			aerr.Write(w)
+			return
+		}
+		history = append(history, items)
 	}
+	s.fillContext(ctx, ru, history)
 	if req.stream {
 		ru.ev = newEventWriter(w)
 	}
@@ -427,6 +441,16 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 			})
 			return
 		}
+	}
+	if err := s.appendToConversation(ctx, ru); err != nil {
+		if !streaming {
+			apierror.Server(http.StatusInternalServerError, "internal_error", "The response could not be added to its conversation.").Write(w)
+			return
+		}
+		ru.ev.send("error", func(d []byte) []byte {
+			return append(d, `"code":"server_error","message":"The response could not be added to its conversation.","param":null,`...)
+		})
+		return
 	}
 	s.log.Debug("responses: response created", "response", ru.obj.ID, "status", ru.obj.Status,
 		"items", len(ru.obj.Output), "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens, "stream", req.stream)

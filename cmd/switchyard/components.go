@@ -147,6 +147,7 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	o.Tools = cfg.Tools
 	o.Tiers = cfg.Tiers
+	o.Models = cfg.Models
 	tp, err := tracing.NewProvider(ctx, cfg.Observability.Tracing, "switchyard-backends")
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ names), and they work while every replica runs.
 
 // dataKeyDBs are the databases in the data directory that hold data keys
 // (each store's dbFile).
-var dataKeyDBs = []string{"responses.db", "files.db", "vectorstores.db"}
+var dataKeyDBs = []string{"responses.db", "files.db", "vectorstores.db", "conversations.db"}
 
 func cmdDatakey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {

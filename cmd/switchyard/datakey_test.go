@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/switchyard-ai/switchyard/backends/conversations"
 	"github.com/switchyard-ai/switchyard/backends/files"
 	"github.com/switchyard-ai/switchyard/internal/envelope"
 	"github.com/switchyard-ai/switchyard/internal/sqlitedb"
@@ -127,4 +129,33 @@ func readContent(t *testing.T, s *files.Store, id string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestDatakeyRotateConversations: rotation rewraps the data keys of
+// conversations.db too (a conversation's and each item's).
+func TestDatakeyRotateConversations(t *testing.T) {
+	t.Setenv(envelope.EnvKey, "")
+	t.Setenv(envelope.EnvKeyFile, "")
+	ctx := context.Background()
+	dir := t.TempDir()
+	ring, err := envelope.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := conversations.OpenSQLiteStore(ctx, dir, ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dk, w, _ := ring.NewDataKey("conv_1")
+	idk, iw, _ := ring.NewDataKey(conversations.ItemKeyID("conv_1", "msg_1"))
+	err = store.Create(ctx, conversations.Row{ID: "conv_1", Owner: "alice", CreatedAt: time.Now(), Metadata: dk.Seal("metadata", []byte("{}")), Key: w},
+		[]conversations.ItemRow{{ID: "msg_1", Body: idk.Seal("item", []byte(`{"id":"msg_1"}`)), Key: iw}})
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "datakey", "rotate", "--data-dir", dir)
+	if err != nil || !strings.Contains(out, "conversations.db: rewrapped 2 data key(s)") {
+		t.Fatalf("rotate: %v\n%s", err, out)
+	}
 }

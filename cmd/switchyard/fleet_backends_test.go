@@ -55,10 +55,10 @@ func TestBackendsCommandUsesPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if versions["responses"] < 1 || versions["vectorstores"] < 1 {
-		t.Errorf("schema versions %v: the responses and vector stores were not opened on PostgreSQL", versions)
+	if versions["responses"] < 1 || versions["vectorstores"] < 1 || versions["conversations"] < 1 {
+		t.Errorf("schema versions %v: the responses, conversations and vector stores were not opened on PostgreSQL", versions)
 	}
-	for _, db := range []string{"responses.db", "vectorstores.db"} {
+	for _, db := range []string{"responses.db", "vectorstores.db", "conversations.db"} {
 		if _, err := os.Stat(filepath.Join(dataDir, db)); err == nil {
 			t.Errorf("%s created: the SQLite store was used", db)
 		}

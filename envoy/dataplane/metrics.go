@@ -71,7 +71,7 @@ func pathFamily(p string) string {
 }
 
 // pathFamilies are the API path families metrics name.
-var pathFamilies = [...]string{"/v1/chat", "/v1/embeddings", "/v1/models", "/v1/files", "/v1/batches", "/v1/responses", "/v1/vector_stores"}
+var pathFamilies = [...]string{"/v1/chat", "/v1/embeddings", "/v1/models", "/v1/files", "/v1/batches", "/v1/responses", "/v1/conversations", "/v1/vector_stores"}
 
 func wholeNumber(v *structpb.Value) int64 {
 	if v == nil {

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-ai/switchyard/backends"
+	"github.com/switchyard-ai/switchyard/backends/conversations"
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/backends/responses"
 	"github.com/switchyard-ai/switchyard/backends/sandbox"
@@ -60,6 +61,9 @@ type BackendsOptions struct {
 	// Storage chooses the stores (config.Config.Storage); the zero value is
 	// the embedded SQLite and disk.
 	Storage config.Storage
+	// Models are the configured models, whose tokenizers the Responses
+	// API's truncation counts with (read at start).
+	Models []config.Model
 	// BatchLease: see backends.Options.BatchLease.
 	BatchLease time.Duration
 	// BatchPaceAfter: see Options.BatchPaceAfter.
@@ -157,6 +161,17 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		closeStores()
 		return nil, err
 	}
+	if bo.ConversationStore, err = fleetConversationStore(ctx, opts.Storage); err != nil {
+		closeStores()
+		if bo.ResponsesStore != nil {
+			_ = bo.ResponsesStore.Close()
+		}
+		if bo.VectorStore != nil {
+			_ = bo.VectorStore.Close()
+		}
+		return nil, err
+	}
+	bo.Tokenizers = modelTokenizers(opts.Models)
 	svc, err := backends.New(ctx, bo)
 	if err != nil {
 		closeStores()
@@ -237,4 +252,33 @@ func fleetResponsesStores(ctx context.Context, st config.Storage, vectors bool, 
 		return nil, nil, fmt.Errorf("gateway: backends: %w", err)
 	}
 	return rs, vs, nil
+}
+
+// fleetConversationStore opens the Postgres store of the conversations when
+// storage.metadata.kind is postgres; nil (SQLite under the data
+// directory) otherwise.
+func fleetConversationStore(ctx context.Context, st config.Storage) (conversations.Store, error) {
+	if st.Metadata.Kind != config.MetadataPostgres {
+		return nil, nil
+	}
+	dsn := os.Getenv(st.Metadata.DSNEnv)
+	if dsn == "" {
+		return nil, fmt.Errorf("gateway: backends: storage.metadata.dsn_env names %s, which is not set", st.Metadata.DSNEnv)
+	}
+	cs, err := conversations.OpenPostgresStore(ctx, dsn, pgdb.Pool{MaxConns: st.Metadata.MaxConns})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: backends: %w", err)
+	}
+	return cs, nil
+}
+
+// modelTokenizers maps each model with a configured tokenizer to its name.
+func modelTokenizers(models []config.Model) map[string]string {
+	m := map[string]string{}
+	for _, md := range models {
+		if md.Tokenizer != "" {
+			m[md.ID] = md.Tokenizer
+		}
+	}
+	return m
 }

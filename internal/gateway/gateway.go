@@ -470,7 +470,7 @@ func (s *startup) startBackends(ctx context.Context) (err error) {
 	}
 	g := s.g
 	bo := BackendsOptions{Listener: s.backendsLis, DataDir: s.opts.DataDir, GatewayURL: g.BaseURL(), Token: s.token,
-		Tools: s.cfg.Tools, Tiers: s.cfg.Tiers, Storage: s.cfg.Storage, BatchPaceAfter: s.opts.BatchPaceAfter, Logger: s.log.With("component", "backends"),
+		Tools: s.cfg.Tools, Tiers: s.cfg.Tiers, Storage: s.cfg.Storage, Models: s.cfg.Models, BatchPaceAfter: s.opts.BatchPaceAfter, Logger: s.log.With("component", "backends"),
 		Tracer: s.tracer}
 	if t := g.listener.TLS; t != nil {
 		bo.GatewayCAFile = t.CertFile
