@@ -115,7 +115,7 @@ var matrixCases = []matrixCase{
 		checks: "a vector store of an uploaded file: a completed `file_search_call`, a `file_citation` of the file and its text in the answer"},
 	{feature: "Responses code_interpreter", run: caseResponsesCodeInterpreter,
 		checks: "the model's code runs in the sandbox: a completed `code_interpreter_call` whose logs (a NameError) reach the answer"},
-	{feature: "Conversations", run: notBuilt(caseConversations),
+	{feature: "Conversations", run: caseConversations,
 		checks: "`conversations.create`, two `responses.create` turns on `conversation`, its items listed in order, metadata updated, deleted"},
 	{feature: "background responses", run: notBuilt(caseBackground),
 		checks: "`background: true` answers queued or in_progress at once; polling `responses.retrieve` reaches completed with the answer"},
