@@ -82,6 +82,27 @@ func contains(key string, items ...string) func(map[string]any) error {
 	}
 }
 
+// pollsPaced checks the file batch's polls by uploadAndPoll: the last one
+// saw it completed, and each that saw it in progress was told when to come
+// back (openai-poll-after-ms; the helper waits 5 s without it).
+func pollsPaced(got map[string]any) error {
+	polls, _ := got["polls"].([]any)
+	if len(polls) == 0 {
+		return fmt.Errorf("no polls recorded")
+	}
+	for i, p := range polls {
+		p, _ := p.(map[string]any)
+		last := i == len(polls)-1
+		switch {
+		case last && p["status"] != "completed":
+			return fmt.Errorf("last poll %v, want completed", p)
+		case !last && (p["status"] != "in_progress" || p["poll_after_ms"] == nil):
+			return fmt.Errorf("poll %d of %d: %v, want in_progress with openai-poll-after-ms", i+1, len(polls), p)
+		}
+	}
+	return nil
+}
+
 var npmScripts = []npmScript{
 	{file: "openai.mjs", steps: func(v matrixVendor) map[string]npmStep {
 		parsed := `"parsed":` + npmWantEvent + `,"valid":true`
@@ -96,7 +117,8 @@ var npmScripts = []npmScript{
 			"file_batch": {want: `{"object":"vector_store.files_batch","status":"completed",` +
 				`"file_counts":{"in_progress":0,"completed":2,"failed":0,"cancelled":0,"total":2},"vector_store_id":true,` +
 				`"files":[{"filename":"aurora.txt","status":"completed"},{"filename":"bread.txt","status":"completed"}],` +
-				`"top_hit":{"filename":"bread.txt","text":"Sourdough bread needs a starter, flour, water and salt."}}`},
+				`"top_hit":{"filename":"bread.txt","text":"Sourdough bread needs a starter, flour, water and salt."}}`,
+				check: pollsPaced},
 		}
 	}},
 	{file: "ai.mjs", steps: func(v matrixVendor) map[string]npmStep {

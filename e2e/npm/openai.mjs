@@ -101,12 +101,28 @@ await run({
   // vectorStores.fileBatches.uploadAndPoll: two files uploaded, one batch,
   // polled to its end; then the batch's files and a search.
   async file_batch() {
+    // Each poll of the batch, with the openai-poll-after-ms it answered
+    // (without it the helper waits 5 s between polls).
+    const polls = [];
+    const client = new OpenAI({
+      baseURL,
+      apiKey,
+      maxRetries: 0,
+      fetch: async (url, init) => {
+        const res = await fetch(url, init);
+        if ((init?.method ?? 'GET') === 'GET' && /\/file_batches\/[^/]+$/.test(new URL(url).pathname)) {
+          const { status } = await res.clone().json();
+          polls.push({ status, poll_after_ms: res.headers.get('openai-poll-after-ms') });
+        }
+        return res;
+      },
+    });
     const vs = await client.vectorStores.create({ name: 'npm ' + model });
     const files = [
       await toFile(Buffer.from('The aurora borealis is seen near the Arctic circle.\n'), 'aurora.txt'),
       await toFile(Buffer.from('Sourdough bread needs a starter, flour, water and salt.\n'), 'bread.txt'),
     ];
-    const b = await client.vectorStores.fileBatches.uploadAndPoll(vs.id, { files }, { pollIntervalMs: 20 });
+    const b = await client.vectorStores.fileBatches.uploadAndPoll(vs.id, { files });
     const listed = [];
     for await (const f of client.vectorStores.fileBatches.listFiles(b.id, { vector_store_id: vs.id })) {
       listed.push({ id: f.id, status: f.status });
@@ -124,6 +140,7 @@ await run({
       vector_store_id: b.vector_store_id === vs.id,
       files: listed.map((f) => ({ filename: names[f.id], status: f.status })).sort((x, y) => x.filename.localeCompare(y.filename)),
       top_hit: hits[0] ?? null,
+      polls,
     };
   },
 });
