@@ -1,9 +1,10 @@
 // The Vercel AI SDK (`ai` with the `@ai-sdk/openai` provider pointed at
-// the gateway): generateObject, streamObject, streamText and a tool loop,
-// each through both of the provider's APIs: the Responses API (its
-// default) and Chat Completions (`openai.chat`).
+// the gateway): generateObject (an object, an array, an enum, schemaless
+// JSON), streamObject, streamText and a tool loop, each through both of
+// the provider's APIs: the Responses API (its default) and Chat
+// Completions (`openai.chat`); and embedMany on the demo embedding model.
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateObject, generateText, stepCountIs, streamObject, streamText, tool } from 'ai';
+import { embedMany, generateObject, generateText, stepCountIs, streamObject, streamText, tool } from 'ai';
 import { z } from 'zod';
 import { Event, apiKey, baseURL, model, run, valid } from './common.mjs';
 
@@ -16,6 +17,19 @@ for (const [api, m] of Object.entries(apis)) {
   steps[`generate_object_${api}`] = async () => {
     const r = await generateObject({ model: m, schema: Event, prompt, maxRetries: 0 });
     return { object: r.object, valid: valid(r.object), finish_reason: r.finishReason, output_tokens: r.usage.outputTokens };
+  };
+  steps[`generate_array_${api}`] = async () => {
+    const r = await generateObject({ model: m, output: 'array', schema: Event, prompt, maxRetries: 0 });
+    return { object: r.object, valid: r.object.map(valid) };
+  };
+  steps[`generate_enum_${api}`] = async () => {
+    const r = await generateObject({ model: m, output: 'enum', enum: ['red', 'blue'], prompt, maxRetries: 0 });
+    return { object: r.object };
+  };
+  // no-schema: JSON mode (json_object), any JSON object.
+  steps[`generate_json_${api}`] = async () => {
+    const r = await generateObject({ model: m, output: 'no-schema', prompt, maxRetries: 0 });
+    return { object: r.object };
   };
   steps[`stream_object_${api}`] = async () => {
     const r = streamObject({ model: m, schema: Event, prompt, maxRetries: 0 });
@@ -54,5 +68,10 @@ for (const [api, m] of Object.entries(apis)) {
     return { called, text: r.text, steps: r.steps.length, finish_reason: r.finishReason };
   };
 }
+
+steps.embed_many = async () => {
+  const r = await embedMany({ model: openai.embedding('demo/embed'), values: ['one', 'two'], maxRetries: 0 });
+  return { embeddings: r.embeddings.length, dimensions: r.embeddings.map((e) => e.length), differ: r.embeddings[0].some((x, i) => x !== r.embeddings[1][i]), tokens: r.usage.tokens };
+};
 
 await run(steps);

@@ -2,7 +2,7 @@
 // equivalent of: zod-parsed structured outputs (chat and Responses, plain
 // and streamed), tool runners, and file batches uploaded and polled.
 import OpenAI, { toFile } from 'openai';
-import { zodFunction, zodResponseFormat, zodTextFormat } from 'openai/helpers/zod';
+import { zodFunction, zodResponseFormat, zodResponsesFunction, zodTextFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
 import { Event, apiKey, baseURL, model, run, valid } from './common.mjs';
 
@@ -76,6 +76,20 @@ await run({
     };
   },
 
+  // responses.parse with a zodResponsesFunction tool: the function_call
+  // item's parsed_arguments.
+  async responses_parse_tool() {
+    const r = await client.responses.parse({
+      model,
+      input: 'What is the weather in Paris?',
+      tools: [zodResponsesFunction({ name: 'get_weather', parameters: Weather })],
+    });
+    return {
+      status: r.status,
+      calls: r.output.filter((o) => o.type === 'function_call').map((o) => ({ name: o.name, parsed_arguments: o.parsed_arguments })),
+    };
+  },
+
   // runTools: the runner calls the function with the model's arguments,
   // sends its result back and returns the model's final answer.
   async run_tools() {
@@ -96,6 +110,20 @@ await run({
     });
     const content = await runner.finalContent();
     return { called, content, messages: runner.messages.map((m) => m.role) };
+  },
+
+  // runTools streaming: the same loop over streamed chunks.
+  async run_tools_stream() {
+    const called = [];
+    const runner = client.chat.completions.runTools({
+      model,
+      stream: true,
+      messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+      tools: [zodFunction({ name: 'get_weather', parameters: Weather, function: (args) => (called.push(args), 'sunny, 21C') })],
+    });
+    let chunks = 0;
+    for await (const _ of runner) chunks++;
+    return { called, content: await runner.finalContent(), chunks };
   },
 
   // vectorStores.fileBatches.uploadAndPoll: two files uploaded, one batch,
