@@ -167,12 +167,21 @@ var npmScripts = []npmScript{
 		steps["embed_documents"] = npmStep{want: `{"embeddings":2,"dimensions":[1536,1536]}`}
 		return steps
 	}},
+	{file: "agents.mjs", steps: func(v matrixVendor) map[string]npmStep {
+		steps := map[string]npmStep{}
+		for _, api := range []string{"responses", "chat"} {
+			steps["output_type_"+api] = npmStep{want: `{"output":` + npmWantEvent + `,"valid":true}`}
+			steps["tools_"+api] = npmStep{want: `{"called":[{"city":"sample"}],"output":"The tool returned: sunny, 21C"}`}
+			steps["tools_stream_"+api] = npmStep{want: `{"called":[{"city":"sample"}],"output":"The tool returned: sunny, 21C"}`, check: atLeast("deltas", 2)}
+		}
+		return steps
+	}},
 }
 
 // TestNPMSDKs drives the helpers that only the npm SDKs have (the openai
 // package's zod-parsed structured outputs, tool runner and file-batch
 // upload; the Vercel AI SDK's generateObject and streamText; LangChain's
-// withStructuredOutput) against every demo vendor of the default
+// withStructuredOutput; the Agents SDK's outputType and tools) against every demo vendor of the default
 // configuration, through the whole in-process gateway. Each script of
 // e2e/npm runs once per vendor's chat model and prints what it saw as JSON.
 // It installs the pinned packages (npm ci) when node_modules is missing or
@@ -240,9 +249,9 @@ func TestNPMSDKs(t *testing.T) {
 				}
 			}
 			// One call per structured-output step: 4 of openai.mjs, 10 of
-			// ai.mjs, 6 of langchain.mjs.
-			if n < 20 {
-				t.Errorf("%d structured-output calls for %s reached the %s fake, want at least 20", n, v.chat, v.kind)
+			// ai.mjs, 6 of langchain.mjs, 2 of agents.mjs.
+			if n < 22 {
+				t.Errorf("%d structured-output calls for %s reached the %s fake, want at least 22", n, v.chat, v.kind)
 			}
 		}
 	})
