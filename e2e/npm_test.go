@@ -93,9 +93,10 @@ func jsonModeObject(got map[string]any) error {
 	return expect(ok, "object = %s, want a string member answer", jsonText(obj))
 }
 
-// pollsPaced checks the file batch's polls by uploadAndPoll: the last one
-// saw it completed, and each that saw it in progress was told when to come
-// back (openai-poll-after-ms; the helper waits 5 s without it).
+// pollsPaced checks the polls of an uploadAndPoll (a file batch's or a
+// file's): the last one saw it completed, and each that saw it in progress
+// was told when to come back (openai-poll-after-ms; the helper waits 5 s
+// without it).
 func pollsPaced(got map[string]any) error {
 	polls, _ := got["polls"].([]any)
 	if len(polls) == 0 {
@@ -127,6 +128,7 @@ var npmScripts = []npmScript{
 			"responses_parse_tool": {want: `{"status":"completed","calls":[{"name":"get_weather","parsed_arguments":{"city":"sample"}}]}`},
 			"run_tools_stream":     {want: `{"called":[{"city":"sample"}],"content":"The tool returned: sunny, 21C"}`, check: atLeast("chunks", 2)},
 			"run_tools":            {want: `{"called":[{"city":"sample"}],"content":"The tool returned: sunny, 21C","messages":["user","assistant","tool","assistant"]}`},
+			"file_upload":          {want: `{"object":"vector_store.file","status":"completed","vector_store_id":true}`, check: pollsPaced},
 			"file_batch": {want: `{"object":"vector_store.files_batch","status":"completed",` +
 				`"file_counts":{"in_progress":0,"completed":2,"failed":0,"cancelled":0,"total":2},"vector_store_id":true,` +
 				`"files":[{"filename":"aurora.txt","status":"completed"},{"filename":"bread.txt","status":"completed"}],` +

@@ -11,6 +11,28 @@ const prompt = 'Plan the launch party for ' + model;
 
 const Weather = z.object({ city: z.string() });
 
+// pollRecorder is a client that records each GET whose path matches re
+// (the poll helpers' retrieves): the status it saw and the
+// openai-poll-after-ms it was told (without it the helpers wait 5 s
+// between polls).
+function pollRecorder(re) {
+  const polls = [];
+  const client = new OpenAI({
+    baseURL,
+    apiKey,
+    maxRetries: 0,
+    fetch: async (url, init) => {
+      const res = await fetch(url, init);
+      if ((init?.method ?? 'GET') === 'GET' && re.test(new URL(url).pathname)) {
+        const { status } = await res.clone().json();
+        polls.push({ status, poll_after_ms: res.headers.get('openai-poll-after-ms') });
+      }
+      return res;
+    },
+  });
+  return { client, polls };
+}
+
 await run({
   // chat.completions.parse with zodResponseFormat: message.parsed.
   async chat_parse() {
@@ -126,25 +148,19 @@ await run({
     return { called, content: await runner.finalContent(), chunks };
   },
 
+  // vectorStores.files.uploadAndPoll: one file uploaded, attached and
+  // polled to its end.
+  async file_upload() {
+    const { client, polls } = pollRecorder(/^\/v1\/vector_stores\/[^/]+\/files\/[^/]+$/);
+    const vs = await client.vectorStores.create({ name: 'npm ' + model });
+    const f = await client.vectorStores.files.uploadAndPoll(vs.id, await toFile(Buffer.from('Tides follow the moon.\n'), 'tides.txt'));
+    return { object: f.object, status: f.status, vector_store_id: f.vector_store_id === vs.id, polls };
+  },
+
   // vectorStores.fileBatches.uploadAndPoll: two files uploaded, one batch,
   // polled to its end; then the batch's files and a search.
   async file_batch() {
-    // Each poll of the batch, with the openai-poll-after-ms it answered
-    // (without it the helper waits 5 s between polls).
-    const polls = [];
-    const client = new OpenAI({
-      baseURL,
-      apiKey,
-      maxRetries: 0,
-      fetch: async (url, init) => {
-        const res = await fetch(url, init);
-        if ((init?.method ?? 'GET') === 'GET' && /\/file_batches\/[^/]+$/.test(new URL(url).pathname)) {
-          const { status } = await res.clone().json();
-          polls.push({ status, poll_after_ms: res.headers.get('openai-poll-after-ms') });
-        }
-        return res;
-      },
-    });
+    const { client, polls } = pollRecorder(/\/file_batches\/[^/]+$/);
     const vs = await client.vectorStores.create({ name: 'npm ' + model });
     const files = [
       await toFile(Buffer.from('The aurora borealis is seen near the Arctic circle.\n'), 'aurora.txt'),
