@@ -21,9 +21,12 @@ vet:
 # fleet-storage tests a real PostgreSQL (Debian's postgresql: initdb and postgres,
 # run by internal/testing/pgtest) and an S3-compatible store (versitygw, pinned, built
 # with go install into bin/versitygw-$(VERSITYGW_VERSION), run by internal/testing/s3test).
+# The npm SDK tests (e2e TestNPMSDKs) need Node.js $(NODE_MIN)+ with npm; the test
+# itself runs `npm ci` into e2e/npm/node_modules when that is missing or stale.
 # Install them when missing (apt-get only as root); otherwise those tests skip and
 # say why, except in CI (CI set), where they fail.
 VERSITYGW_VERSION := v1.8.0
+NODE_MIN := 20
 test-deps:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server >/dev/null 2>&1 || \
@@ -42,6 +45,11 @@ test-deps:
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 || \
 	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; }; }; } || \
 	  echo "note: promtool could not be installed; the metrics and alert-rule checks will be skipped"
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm >/dev/null 2>&1; }; }; } || true
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= $(NODE_MIN) ? 0 : 1)' >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || \
+	  echo "note: Node.js $(NODE_MIN)+ with npm is not installed; the npm SDK tests (e2e TestNPMSDKs) will be skipped (fail in CI)"
 
 # The contract tests validate bodies against the official OpenAI spec: shared/ checked
 # out beside this repository, or the file $$SWITCHYARD_OPENAPI names. Without it they

@@ -232,6 +232,10 @@ func renderConformance(results map[[2]string]cellResult) []byte {
 		"speaking its vendor's wire format), through the whole in-process gateway: data plane, ext_proc (keys,\n" +
 		"routing, translation), rate limits and the backends. `make test` runs it and fails when a cell fails or\n" +
 		"when this file differs from what the run produced, so the committed matrix is the tested one.\n\n")
+	b.WriteString("The helpers that only the npm SDKs have (the `openai` package's `chat.completions.parse` and\n" +
+		"`responses.parse` with zod, `runTools`, `fileBatches.uploadAndPoll`; the Vercel AI SDK's `generateObject`\n" +
+		"and `streamText`; LangChain's `withStructuredOutput`; the Agents SDK's `outputType` and tools) are driven\n" +
+		"on the same three models by e2e `TestNPMSDKs` (the Node project in `e2e/npm/`; see the README).\n\n")
 	b.WriteString("| feature |")
 	for _, v := range matrixVendors {
 		fmt.Fprintf(&b, " %s (`%s`) |", v.name, v.chat)

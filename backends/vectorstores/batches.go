@@ -158,6 +158,7 @@ func (s *Service) serveCreateBatch(w http.ResponseWriter, r *http.Request, owner
 		return
 	}
 	s.log.Info("vectorstores: file batch created", "store", id, "batch", b.ID, "owner", owner, "files", len(rows))
+	setPollAfter(w, b.Status())
 	writeJSON(w, toBatchObject(b))
 }
 
@@ -167,6 +168,7 @@ func (s *Service) serveGetBatch(w http.ResponseWriter, r *http.Request, owner, i
 		s.apiError(err).Write(w)
 		return
 	}
+	setPollAfter(w, b.Status())
 	writeJSON(w, toBatchObject(b))
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -257,5 +258,59 @@ func TestFileBatchCancel(t *testing.T) {
 	again := e.ok("alice", http.MethodPost, base+"/"+batchID+"/cancel", "", "VectorStoreFileBatchObject")
 	if again.Get("status").Str != StatusCancelled {
 		t.Errorf("second cancel %s", again.Raw)
+	}
+}
+
+// TestPollAfter: a file batch or a store's file still being indexed
+// answers with openai-poll-after-ms, which the SDKs' poll helpers
+// (createAndPoll, uploadAndPoll) wait for before asking again; without it
+// they wait 5 s however quick the indexing. A settled one has none.
+func TestPollAfter(t *testing.T) {
+	held := &heldGateway{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, func(o *Options) {
+		held.Gateway = o.Gateway
+		o.Gateway = held
+		o.Concurrency = 1
+	})
+	a := e.upload("alice", "a.txt", "first file")
+	b := e.upload("alice", "b.txt", "second file")
+	id := e.ok("alice", http.MethodPost, "/v1/vector_stores", `{}`, "VectorStoreObject").Get("id").Str
+	base := "/v1/vector_stores/" + id
+	batchID := e.ok("alice", http.MethodPost, base+"/file_batches", `{"file_ids":`+idsJSON(a)+`}`, "VectorStoreFileBatchObject").Get("id").Str
+	<-held.entered // a.txt is being embedded
+	e.ok("alice", http.MethodPost, base+"/files", `{"file_id":"`+b+`"}`, "VectorStoreFileObject")
+
+	want := strconv.Itoa(int(pollAfter.Milliseconds()))
+	pollAfterHeader := func(path string) (string, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(ownerHeader, "alice")
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s %v", path, resp.StatusCode, body, err)
+		}
+		return resp.Header.Get("openai-poll-after-ms"), gjson.GetBytes(body, "status").Str
+	}
+	for _, path := range []string{base + "/file_batches/" + batchID, base + "/files/" + a, base + "/files/" + b} {
+		if got, status := pollAfterHeader(path); status != StatusInProgress || got != want {
+			t.Errorf("GET %s (%s): openai-poll-after-ms %q, want %q", path, status, got, want)
+		}
+	}
+
+	close(held.release)
+	e.waitBatch("alice", id, batchID)
+	e.wait("alice", id)
+	for _, path := range []string{base + "/file_batches/" + batchID, base + "/files/" + a, base + "/files/" + b} {
+		if got, status := pollAfterHeader(path); status != StatusCompleted || got != "" {
+			t.Errorf("GET %s (%s): openai-poll-after-ms %q, want none once settled", path, status, got)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
@@ -695,6 +696,7 @@ func (s *Service) serveAttach(w http.ResponseWriter, r *http.Request, owner, id 
 		return
 	}
 	s.log.Info("vectorstores: file attached", "store", id, "file", f.ID, "owner", owner)
+	setPollAfter(w, rows[0].Status)
 	writeJSON(w, toFileObject(rows[0]))
 }
 
@@ -735,6 +737,7 @@ func (s *Service) serveGetFile(w http.ResponseWriter, r *http.Request, owner, id
 		s.apiError(err).Write(w)
 		return
 	}
+	setPollAfter(w, f.Status)
 	writeJSON(w, toFileObject(f))
 }
 
@@ -887,4 +890,18 @@ func (s *Service) serveSearch(w http.ResponseWriter, r *http.Request, owner, id 
 			Attributes: res.Attributes, Content: []contentPart{{Type: "text", Text: res.Text}}})
 	}
 	writeJSON(w, page)
+}
+
+// pollAfter is the openai-poll-after-ms the API answers on a file batch or
+// a store's file still being indexed: the SDKs' poll helpers wait that long
+// before asking again (5 s without it). A few small files index in tens of
+// milliseconds, and a poll is one indexed read.
+const pollAfter = 200 * time.Millisecond
+
+// setPollAfter asks a poller to come back in pollAfter while status is in
+// progress.
+func setPollAfter(w http.ResponseWriter, status string) {
+	if status == StatusInProgress {
+		w.Header().Set("openai-poll-after-ms", strconv.FormatInt(pollAfter.Milliseconds(), 10))
+	}
 }
