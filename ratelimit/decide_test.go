@@ -129,3 +129,35 @@ func TestDecideMatchesService(t *testing.T) {
 		t.Errorf("4 calls on a 3 RPM tier answered %v", codes)
 	}
 }
+
+// BenchmarkShouldRateLimit is one admission call (requests and tokens
+// descriptors) of a key on its tier's limits and of a key with limits of
+// its own (descriptor-level overrides), on the in-memory counter store.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	tiers := map[string]config.Tier{"free": {RPM: 1 << 30, TPM: 1 << 30}, "enterprise": {}}
+	for _, tc := range []struct {
+		name   string
+		tier   string
+		limits Limits
+	}{
+		{"tier", "free", Limits{RPM: 1 << 30, TPM: 1 << 30}},
+		{"custom", "enterprise", Limits{RPM: 1 << 30, TPM: 1 << 30, CustomRPM: true, CustomTPM: true}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := NewServer(Options{})
+			if err := s.SetConfig(BuildConfig(tiers)); err != nil {
+				b.Fatal(err)
+			}
+			req := &rlsv3.RateLimitRequest{Domain: Domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+				RequestsDescriptor(tc.tier, "k", tc.limits, 1), TokensDescriptor(tc.tier, "k", tc.limits, 40)}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := s.ShouldRateLimit(ctx, req)
+				if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					b.Fatal(r, err)
+				}
+			}
+		})
+	}
+}
