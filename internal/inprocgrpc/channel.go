@@ -288,6 +288,9 @@ func copyMessage(dst, src any, limit int) error {
 // deep-copied once on its way, not twice.
 func moveMessage(dst any, src proto.Message, limit int) error {
 	return transfer(dst, src, limit, func(d, s proto.Message) {
+		if moveFast(d, s) {
+			return
+		}
 		dm := d.ProtoReflect()
 		sm := s.ProtoReflect()
 		sm.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {

@@ -115,7 +115,7 @@ func (c *clientStream) SendMsg(m any) error {
 			return io.EOF
 		}
 	}
-	if !st.toServer.push(proto.Clone(pm)) {
+	if !st.toServer.push(cloneMessage(pm)) {
 		return io.EOF
 	}
 	return nil
@@ -182,7 +182,7 @@ func (s *serverStream) SendMsg(m any) error {
 		return status.Errorf(codes.Internal, "inprocgrpc: messages must be protocol buffers, got %T", m)
 	}
 	st.sendHeader(nil)
-	if !st.toClient.push(proto.Clone(pm)) {
+	if !st.toClient.push(cloneMessage(pm)) {
 		return status.Error(codes.Canceled, "the call has ended")
 	}
 	return nil

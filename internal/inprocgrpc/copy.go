@@ -1,0 +1,477 @@
+package inprocgrpc
+
+import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// The ext_proc messages are nearly all of this channel's traffic (every
+// request makes several exchanges), and proto.Clone, which walks a message
+// through reflection, was a tenth of the gateway's CPU per request. They are
+// copied here field by field instead. The copy covers the fields the gateway
+// sends; a message using any other (immediate responses, trailers, typed
+// metadata, attributes, unknown fields) is cloned by proto.Clone, whole.
+//
+// copiedFields lists, per message, every field the code below reads. At
+// start-up each message's descriptor is checked against it: should a newer
+// go-control-plane add a field, fastCopy turns off and every message is
+// cloned by proto.Clone, rather than copied without it.
+var copiedFields = map[protoreflect.FullName][]protoreflect.Name{
+	"envoy.service.ext_proc.v3.ProcessingRequest": {"request_headers", "response_headers", "request_body", "response_body",
+		"request_trailers", "response_trailers", "metadata_context", "attributes", "observability_mode", "protocol_config",
+		"flow_control_init", "client_window_update"},
+	"envoy.service.ext_proc.v3.HttpHeaders": {"headers", "attributes", "end_of_stream"},
+	"envoy.service.ext_proc.v3.HttpBody": {"body", "end_of_stream", "end_of_stream_without_message",
+		"grpc_message_compressed", "drain_complete"},
+	"envoy.config.core.v3.Metadata":    {"filter_metadata", "typed_filter_metadata"},
+	"envoy.config.core.v3.HeaderMap":   {"headers"},
+	"envoy.config.core.v3.HeaderValue": {"key", "value", "raw_value"},
+	"envoy.service.ext_proc.v3.ProcessingResponse": {"request_headers", "response_headers", "request_body", "response_body",
+		"request_trailers", "response_trailers", "immediate_response", "streamed_immediate_response",
+		"dynamic_metadata", "mode_override", "override_message_timeout", "typed_dynamic_metadata",
+		"request_drain", "request_drain_requests", "request_drain_responses", "server_window_update"},
+	"envoy.service.ext_proc.v3.HeadersResponse": {"response"},
+	"envoy.service.ext_proc.v3.BodyResponse":    {"response"},
+	"envoy.service.ext_proc.v3.CommonResponse":  {"status", "header_mutation", "body_mutation", "trailers", "clear_route_cache"},
+	"envoy.service.ext_proc.v3.HeaderMutation":  {"set_headers", "remove_headers"},
+	"envoy.service.ext_proc.v3.BodyMutation":    {"body", "clear_body", "streamed_response"},
+	"envoy.config.core.v3.HeaderValueOption":    {"header", "append", "append_action", "keep_empty_value"},
+	"envoy.extensions.filters.http.ext_proc.v3.ProcessingMode": {"request_header_mode", "response_header_mode",
+		"request_body_mode", "response_body_mode", "request_trailer_mode", "response_trailer_mode"},
+	"google.protobuf.Struct":    {"fields"},
+	"google.protobuf.Value":     {"null_value", "number_value", "string_value", "bool_value", "struct_value", "list_value"},
+	"google.protobuf.ListValue": {"values"},
+	"google.protobuf.BoolValue": {"value"},
+	"google.protobuf.Duration":  {"seconds", "nanos"},
+}
+
+// fastCopy: every message copiedFields names has exactly the fields the
+// copy knows.
+var fastCopy = coversAll(copiedFields, []proto.Message{
+	&extprocv3.ProcessingRequest{}, &extprocv3.HttpHeaders{}, &extprocv3.HttpBody{}, &corev3.Metadata{}, &corev3.HeaderMap{},
+	&corev3.HeaderValue{}, &extprocv3.ProcessingResponse{}, &extprocv3.HeadersResponse{}, &extprocv3.BodyResponse{},
+	&extprocv3.CommonResponse{}, &extprocv3.HeaderMutation{}, &extprocv3.BodyMutation{}, &corev3.HeaderValueOption{},
+	&filterv3.ProcessingMode{}, &structpb.Struct{}, &structpb.Value{}, &structpb.ListValue{}, &wrapperspb.BoolValue{},
+	&durationpb.Duration{},
+})
+
+func coversAll(known map[protoreflect.FullName][]protoreflect.Name, msgs []proto.Message) bool {
+	if len(known) != len(msgs) {
+		return false
+	}
+	for _, m := range msgs {
+		d := m.ProtoReflect().Descriptor()
+		names, ok := known[d.FullName()]
+		if !ok || d.Fields().Len() != len(names) {
+			return false
+		}
+		for _, n := range names {
+			if d.Fields().ByName(n) == nil {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// cloneMessage deep-copies m.
+func cloneMessage(m proto.Message) proto.Message {
+	if fastCopy {
+		switch v := m.(type) {
+		case *extprocv3.ProcessingRequest:
+			if c, ok := copyProcessingRequest(v); ok {
+				return c
+			}
+		case *extprocv3.ProcessingResponse:
+			if c, ok := copyProcessingResponse(v); ok {
+				return c
+			}
+		}
+	}
+	return proto.Clone(m)
+}
+
+// moveFast moves src's fields into dst (of the same type), as moveMessage
+// does through reflection; false if it does not know the type.
+func moveFast(dst, src proto.Message) bool {
+	if !fastCopy || hasUnknown(src) {
+		return false
+	}
+	switch s := src.(type) {
+	case *extprocv3.ProcessingRequest:
+		d, ok := dst.(*extprocv3.ProcessingRequest)
+		if !ok {
+			return false
+		}
+		d.Reset()
+		d.Request, d.MetadataContext, d.Attributes = s.Request, s.MetadataContext, s.Attributes
+		d.ObservabilityMode, d.ProtocolConfig = s.ObservabilityMode, s.ProtocolConfig
+		d.FlowControlInit, d.ClientWindowUpdate = s.FlowControlInit, s.ClientWindowUpdate
+		return true
+	case *extprocv3.ProcessingResponse:
+		d, ok := dst.(*extprocv3.ProcessingResponse)
+		if !ok {
+			return false
+		}
+		d.Reset()
+		d.Response, d.DynamicMetadata, d.ModeOverride = s.Response, s.DynamicMetadata, s.ModeOverride
+		d.OverrideMessageTimeout, d.TypedDynamicMetadata = s.OverrideMessageTimeout, s.TypedDynamicMetadata
+		d.RequestDrain, d.RequestDrainRequests, d.RequestDrainResponses = s.RequestDrain, s.RequestDrainRequests, s.RequestDrainResponses
+		d.ServerWindowUpdate = s.ServerWindowUpdate
+		return true
+	}
+	return false
+}
+
+func hasUnknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
+
+func copyProcessingRequest(m *extprocv3.ProcessingRequest) (*extprocv3.ProcessingRequest, bool) {
+	if hasUnknown(m) || len(m.Attributes) > 0 || m.ProtocolConfig != nil ||
+		m.FlowControlInit != nil || m.ClientWindowUpdate != nil {
+		return nil, false
+	}
+	c := &extprocv3.ProcessingRequest{ObservabilityMode: m.ObservabilityMode}
+	if md := m.MetadataContext; md != nil {
+		// The forwarding namespaces (an upstream filter's processor
+		// reads what the downstream one wrote).
+		if hasUnknown(md) || len(md.TypedFilterMetadata) > 0 {
+			return nil, false
+		}
+		c.MetadataContext = &corev3.Metadata{}
+		if md.FilterMetadata != nil {
+			c.MetadataContext.FilterMetadata = make(map[string]*structpb.Struct, len(md.FilterMetadata))
+			for ns, st := range md.FilterMetadata {
+				if st == nil {
+					return nil, false
+				}
+				cs, ok := copyStruct(st)
+				if !ok {
+					return nil, false
+				}
+				c.MetadataContext.FilterMetadata[ns] = cs
+			}
+		}
+	}
+	switch r := m.Request.(type) {
+	case nil:
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		h, ok := copyHttpHeaders(r.RequestHeaders)
+		if !ok {
+			return nil, false
+		}
+		c.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		h, ok := copyHttpHeaders(r.ResponseHeaders)
+		if !ok {
+			return nil, false
+		}
+		c.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+	case *extprocv3.ProcessingRequest_RequestBody:
+		b, ok := copyHttpBody(r.RequestBody)
+		if !ok {
+			return nil, false
+		}
+		c.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: b}
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		b, ok := copyHttpBody(r.ResponseBody)
+		if !ok {
+			return nil, false
+		}
+		c.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: b}
+	default: // trailers
+		return nil, false
+	}
+	return c, true
+}
+
+func copyHttpHeaders(m *extprocv3.HttpHeaders) (*extprocv3.HttpHeaders, bool) {
+	if m == nil {
+		return nil, true
+	}
+	if hasUnknown(m) || len(m.Attributes) > 0 {
+		return nil, false
+	}
+	c := &extprocv3.HttpHeaders{EndOfStream: m.EndOfStream}
+	if m.Headers != nil {
+		hm, ok := copyHeaderMap(m.Headers)
+		if !ok {
+			return nil, false
+		}
+		c.Headers = hm
+	}
+	return c, true
+}
+
+// copyHeaderMap allocates the map's header values in one block.
+func copyHeaderMap(m *corev3.HeaderMap) (*corev3.HeaderMap, bool) {
+	if hasUnknown(m) {
+		return nil, false
+	}
+	c := &corev3.HeaderMap{}
+	if m.Headers == nil {
+		return c, true
+	}
+	vals := make([]corev3.HeaderValue, len(m.Headers))
+	c.Headers = make([]*corev3.HeaderValue, len(m.Headers))
+	for i, h := range m.Headers {
+		if h == nil {
+			// proto.Clone would fail on this too (a nil element of a
+			// repeated message field); let it.
+			return nil, false
+		}
+		if !copyHeaderValue(&vals[i], h) {
+			return nil, false
+		}
+		c.Headers[i] = &vals[i]
+	}
+	return c, true
+}
+
+func copyHeaderValue(dst, m *corev3.HeaderValue) bool {
+	if hasUnknown(m) {
+		return false
+	}
+	dst.Key, dst.Value, dst.RawValue = m.Key, m.Value, cloneBytes(m.RawValue)
+	return true
+}
+
+func copyHttpBody(m *extprocv3.HttpBody) (*extprocv3.HttpBody, bool) {
+	if m == nil {
+		return nil, true
+	}
+	if hasUnknown(m) {
+		return nil, false
+	}
+	return &extprocv3.HttpBody{Body: cloneBytes(m.Body), EndOfStream: m.EndOfStream,
+		EndOfStreamWithoutMessage: m.EndOfStreamWithoutMessage, GrpcMessageCompressed: m.GrpcMessageCompressed,
+		DrainComplete: m.DrainComplete}, true
+}
+
+func copyProcessingResponse(m *extprocv3.ProcessingResponse) (*extprocv3.ProcessingResponse, bool) {
+	if hasUnknown(m) || len(m.TypedDynamicMetadata) > 0 || m.ServerWindowUpdate != nil {
+		return nil, false
+	}
+	c := &extprocv3.ProcessingResponse{RequestDrain: m.RequestDrain, RequestDrainRequests: m.RequestDrainRequests,
+		RequestDrainResponses: m.RequestDrainResponses}
+	switch r := m.Response.(type) {
+	case nil:
+	case *extprocv3.ProcessingResponse_RequestHeaders:
+		h, ok := copyHeadersResponse(r.RequestHeaders)
+		if !ok {
+			return nil, false
+		}
+		c.Response = &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: h}
+	case *extprocv3.ProcessingResponse_ResponseHeaders:
+		h, ok := copyHeadersResponse(r.ResponseHeaders)
+		if !ok {
+			return nil, false
+		}
+		c.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: h}
+	case *extprocv3.ProcessingResponse_RequestBody:
+		b, ok := copyBodyResponse(r.RequestBody)
+		if !ok {
+			return nil, false
+		}
+		c.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: b}
+	case *extprocv3.ProcessingResponse_ResponseBody:
+		b, ok := copyBodyResponse(r.ResponseBody)
+		if !ok {
+			return nil, false
+		}
+		c.Response = &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: b}
+	default: // trailers, immediate responses, streamed immediate responses
+		return nil, false
+	}
+	if m.DynamicMetadata != nil {
+		s, ok := copyStruct(m.DynamicMetadata)
+		if !ok {
+			return nil, false
+		}
+		c.DynamicMetadata = s
+	}
+	if mo := m.ModeOverride; mo != nil {
+		if hasUnknown(mo) {
+			return nil, false
+		}
+		c.ModeOverride = &filterv3.ProcessingMode{
+			RequestHeaderMode: mo.RequestHeaderMode, ResponseHeaderMode: mo.ResponseHeaderMode,
+			RequestBodyMode: mo.RequestBodyMode, ResponseBodyMode: mo.ResponseBodyMode,
+			RequestTrailerMode: mo.RequestTrailerMode, ResponseTrailerMode: mo.ResponseTrailerMode,
+		}
+	}
+	if d := m.OverrideMessageTimeout; d != nil {
+		if hasUnknown(d) {
+			return nil, false
+		}
+		c.OverrideMessageTimeout = &durationpb.Duration{Seconds: d.Seconds, Nanos: d.Nanos}
+	}
+	return c, true
+}
+
+func copyHeadersResponse(m *extprocv3.HeadersResponse) (*extprocv3.HeadersResponse, bool) {
+	if m == nil {
+		return nil, true
+	}
+	if hasUnknown(m) {
+		return nil, false
+	}
+	cr, ok := copyCommonResponse(m.Response)
+	return &extprocv3.HeadersResponse{Response: cr}, ok
+}
+
+func copyBodyResponse(m *extprocv3.BodyResponse) (*extprocv3.BodyResponse, bool) {
+	if m == nil {
+		return nil, true
+	}
+	if hasUnknown(m) {
+		return nil, false
+	}
+	cr, ok := copyCommonResponse(m.Response)
+	return &extprocv3.BodyResponse{Response: cr}, ok
+}
+
+func copyCommonResponse(m *extprocv3.CommonResponse) (*extprocv3.CommonResponse, bool) {
+	if m == nil {
+		return nil, true
+	}
+	if hasUnknown(m) || m.Trailers != nil {
+		return nil, false
+	}
+	c := &extprocv3.CommonResponse{Status: m.Status, ClearRouteCache: m.ClearRouteCache}
+	if hm := m.HeaderMutation; hm != nil {
+		if hasUnknown(hm) {
+			return nil, false
+		}
+		c.HeaderMutation = &extprocv3.HeaderMutation{}
+		if hm.RemoveHeaders != nil {
+			c.HeaderMutation.RemoveHeaders = append(make([]string, 0, len(hm.RemoveHeaders)), hm.RemoveHeaders...)
+		}
+		if hm.SetHeaders != nil {
+			opts := make([]corev3.HeaderValueOption, len(hm.SetHeaders))
+			set := make([]*corev3.HeaderValueOption, len(hm.SetHeaders))
+			var vals []corev3.HeaderValue // allocated with the first header
+			for i, o := range hm.SetHeaders {
+				if o == nil || hasUnknown(o) {
+					return nil, false
+				}
+				d := &opts[i]
+				d.AppendAction, d.KeepEmptyValue = o.AppendAction, o.KeepEmptyValue
+				if o.Append != nil {
+					if hasUnknown(o.Append) {
+						return nil, false
+					}
+					d.Append = &wrapperspb.BoolValue{Value: o.Append.Value}
+				}
+				if o.Header != nil {
+					if vals == nil {
+						vals = make([]corev3.HeaderValue, len(hm.SetHeaders))
+					}
+					if !copyHeaderValue(&vals[i], o.Header) {
+						return nil, false
+					}
+					d.Header = &vals[i]
+				}
+				set[i] = d
+			}
+			c.HeaderMutation.SetHeaders = set
+		}
+	}
+	if bm := m.BodyMutation; bm != nil {
+		if hasUnknown(bm) {
+			return nil, false
+		}
+		c.BodyMutation = &extprocv3.BodyMutation{}
+		switch v := bm.Mutation.(type) {
+		case nil:
+		case *extprocv3.BodyMutation_Body:
+			c.BodyMutation.Mutation = &extprocv3.BodyMutation_Body{Body: cloneBytes(v.Body)}
+		case *extprocv3.BodyMutation_ClearBody:
+			c.BodyMutation.Mutation = &extprocv3.BodyMutation_ClearBody{ClearBody: v.ClearBody}
+		default: // streamed_response
+			return nil, false
+		}
+	}
+	return c, true
+}
+
+func copyStruct(m *structpb.Struct) (*structpb.Struct, bool) {
+	if hasUnknown(m) {
+		return nil, false
+	}
+	c := &structpb.Struct{}
+	if m.Fields != nil {
+		c.Fields = make(map[string]*structpb.Value, len(m.Fields))
+		for k, v := range m.Fields {
+			cv, ok := copyValue(v)
+			if !ok {
+				return nil, false
+			}
+			c.Fields[k] = cv
+		}
+	}
+	return c, true
+}
+
+func copyValue(m *structpb.Value) (*structpb.Value, bool) {
+	if m == nil || hasUnknown(m) {
+		return nil, false
+	}
+	c := &structpb.Value{}
+	switch k := m.Kind.(type) {
+	case nil:
+	case *structpb.Value_NullValue:
+		c.Kind = &structpb.Value_NullValue{NullValue: k.NullValue}
+	case *structpb.Value_NumberValue:
+		c.Kind = &structpb.Value_NumberValue{NumberValue: k.NumberValue}
+	case *structpb.Value_StringValue:
+		c.Kind = &structpb.Value_StringValue{StringValue: k.StringValue}
+	case *structpb.Value_BoolValue:
+		c.Kind = &structpb.Value_BoolValue{BoolValue: k.BoolValue}
+	case *structpb.Value_StructValue:
+		if k.StructValue == nil {
+			return nil, false
+		}
+		s, ok := copyStruct(k.StructValue)
+		if !ok {
+			return nil, false
+		}
+		c.Kind = &structpb.Value_StructValue{StructValue: s}
+	case *structpb.Value_ListValue:
+		if k.ListValue == nil || hasUnknown(k.ListValue) {
+			return nil, false
+		}
+		l := &structpb.ListValue{}
+		if k.ListValue.Values != nil {
+			l.Values = make([]*structpb.Value, len(k.ListValue.Values))
+			for i, v := range k.ListValue.Values {
+				if v == nil {
+					return nil, false
+				}
+				cv, ok := copyValue(v)
+				if !ok {
+					return nil, false
+				}
+				l.Values[i] = cv
+			}
+		}
+		c.Kind = &structpb.Value_ListValue{ListValue: l}
+	default:
+		return nil, false
+	}
+	return c, true
+}
+
+// cloneBytes copies b, keeping nil and empty apart as proto.Clone does
+// for proto3 bytes (it copies an empty slice as empty, not nil).
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
