@@ -168,7 +168,7 @@ func (s *requestState) encodeStreamed(p *processor, resp *response) {
 		}
 		chunk := (*bufp)[:n]
 		if !p.done() && (n > 0 || eos) {
-			common, imm, err := p.call(s.r.Context(), bodyRequest(chunk, eos, true), kindResponseBody)
+			common, imm, err := p.call(s.r.Context(), p.chunkRequest(chunk, eos, true), kindResponseBody)
 			switch {
 			case imm != nil:
 				// Response bytes are on the wire: Envoy can only reset.
