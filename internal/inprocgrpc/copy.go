@@ -80,16 +80,17 @@ func coversAll(known map[protoreflect.FullName][]protoreflect.Name, msgs []proto
 	return true
 }
 
-// cloneMessage deep-copies m.
-func cloneMessage(m proto.Message) proto.Message {
+// cloneMessage deep-copies m. The copies of body messages (every chunk of
+// a streamed body is one) take their memory from a, if not nil.
+func cloneMessage(m proto.Message, a *arena) proto.Message {
 	if fastCopy {
 		switch v := m.(type) {
 		case *extprocv3.ProcessingRequest:
-			if c, ok := copyProcessingRequest(v); ok {
+			if c, ok := copyProcessingRequest(v, a); ok {
 				return c
 			}
 		case *extprocv3.ProcessingResponse:
-			if c, ok := copyProcessingResponse(v); ok {
+			if c, ok := copyProcessingResponse(v, a); ok {
 				return c
 			}
 		}
@@ -131,12 +132,21 @@ func moveFast(dst, src proto.Message) bool {
 
 func hasUnknown(m proto.Message) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
 
-func copyProcessingRequest(m *extprocv3.ProcessingRequest) (*extprocv3.ProcessingRequest, bool) {
+func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3.ProcessingRequest, bool) {
 	if hasUnknown(m) || len(m.Attributes) > 0 || m.ProtocolConfig != nil ||
 		m.FlowControlInit != nil || m.ClientWindowUpdate != nil {
 		return nil, false
 	}
-	c := &extprocv3.ProcessingRequest{ObservabilityMode: m.ObservabilityMode}
+	var c *extprocv3.ProcessingRequest
+	var parts *bodyRequestParts
+	switch m.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestBody, *extprocv3.ProcessingRequest_ResponseBody:
+		parts = a.requestParts()
+		c = &parts.msg
+	default:
+		c = &extprocv3.ProcessingRequest{}
+	}
+	c.ObservabilityMode = m.ObservabilityMode
 	if md := m.MetadataContext; md != nil {
 		// The forwarding namespaces (an upstream filter's processor
 		// reads what the downstream one wrote).
@@ -173,17 +183,19 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest) (*extprocv3.Processin
 		}
 		c.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
 	case *extprocv3.ProcessingRequest_RequestBody:
-		b, ok := copyHttpBody(r.RequestBody)
+		b, ok := copyHttpBody(r.RequestBody, &parts.body, a)
 		if !ok {
 			return nil, false
 		}
-		c.Request = &extprocv3.ProcessingRequest_RequestBody{RequestBody: b}
+		parts.rq.RequestBody = b
+		c.Request = &parts.rq
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		b, ok := copyHttpBody(r.ResponseBody)
+		b, ok := copyHttpBody(r.ResponseBody, &parts.body, a)
 		if !ok {
 			return nil, false
 		}
-		c.Request = &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: b}
+		parts.rs.ResponseBody = b
+		c.Request = &parts.rs
 	default: // trailers
 		return nil, false
 	}
@@ -241,24 +253,42 @@ func copyHeaderValue(dst, m *corev3.HeaderValue) bool {
 	return true
 }
 
-func copyHttpBody(m *extprocv3.HttpBody) (*extprocv3.HttpBody, bool) {
+// bodyRequestParts are the parts of a body message's copy, allocated
+// together: every chunk of a streamed body is such a message.
+type bodyRequestParts struct {
+	msg  extprocv3.ProcessingRequest
+	rq   extprocv3.ProcessingRequest_RequestBody
+	rs   extprocv3.ProcessingRequest_ResponseBody
+	body extprocv3.HttpBody
+}
+
+// copyHttpBody copies m into c.
+func copyHttpBody(m, c *extprocv3.HttpBody, a *arena) (*extprocv3.HttpBody, bool) {
 	if m == nil {
 		return nil, true
 	}
 	if hasUnknown(m) {
 		return nil, false
 	}
-	return &extprocv3.HttpBody{Body: cloneBytes(m.Body), EndOfStream: m.EndOfStream,
-		EndOfStreamWithoutMessage: m.EndOfStreamWithoutMessage, GrpcMessageCompressed: m.GrpcMessageCompressed,
-		DrainComplete: m.DrainComplete}, true
+	c.Body, c.EndOfStream, c.EndOfStreamWithoutMessage = a.copyBytes(m.Body), m.EndOfStream, m.EndOfStreamWithoutMessage
+	c.GrpcMessageCompressed, c.DrainComplete = m.GrpcMessageCompressed, m.DrainComplete
+	return c, true
 }
 
-func copyProcessingResponse(m *extprocv3.ProcessingResponse) (*extprocv3.ProcessingResponse, bool) {
+func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extprocv3.ProcessingResponse, bool) {
 	if hasUnknown(m) || len(m.TypedDynamicMetadata) > 0 || m.ServerWindowUpdate != nil {
 		return nil, false
 	}
-	c := &extprocv3.ProcessingResponse{RequestDrain: m.RequestDrain, RequestDrainRequests: m.RequestDrainRequests,
-		RequestDrainResponses: m.RequestDrainResponses}
+	var c *extprocv3.ProcessingResponse
+	var parts *bodyReplyParts
+	switch m.Response.(type) {
+	case *extprocv3.ProcessingResponse_RequestBody, *extprocv3.ProcessingResponse_ResponseBody:
+		parts = a.replyParts()
+		c = &parts.msg
+	default:
+		c = &extprocv3.ProcessingResponse{}
+	}
+	c.RequestDrain, c.RequestDrainRequests, c.RequestDrainResponses = m.RequestDrain, m.RequestDrainRequests, m.RequestDrainResponses
 	switch r := m.Response.(type) {
 	case nil:
 	case *extprocv3.ProcessingResponse_RequestHeaders:
@@ -274,17 +304,19 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse) (*extprocv3.Process
 		}
 		c.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: h}
 	case *extprocv3.ProcessingResponse_RequestBody:
-		b, ok := copyBodyResponse(r.RequestBody)
+		b, ok := copyBodyResponse(r.RequestBody, parts, a)
 		if !ok {
 			return nil, false
 		}
-		c.Response = &extprocv3.ProcessingResponse_RequestBody{RequestBody: b}
+		parts.rq.RequestBody = b
+		c.Response = &parts.rq
 	case *extprocv3.ProcessingResponse_ResponseBody:
-		b, ok := copyBodyResponse(r.ResponseBody)
+		b, ok := copyBodyResponse(r.ResponseBody, parts, a)
 		if !ok {
 			return nil, false
 		}
-		c.Response = &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: b}
+		parts.rs.ResponseBody = b
+		c.Response = &parts.rs
 	default: // trailers, immediate responses, streamed immediate responses
 		return nil, false
 	}
@@ -321,29 +353,49 @@ func copyHeadersResponse(m *extprocv3.HeadersResponse) (*extprocv3.HeadersRespon
 	if hasUnknown(m) {
 		return nil, false
 	}
-	cr, ok := copyCommonResponse(m.Response)
+	cr, ok := copyCommonResponse(m.Response, nil, nil)
 	return &extprocv3.HeadersResponse{Response: cr}, ok
 }
 
-func copyBodyResponse(m *extprocv3.BodyResponse) (*extprocv3.BodyResponse, bool) {
+// bodyReplyParts are the parts of a body reply's copy, allocated
+// together: every chunk of a streamed body has such a reply.
+type bodyReplyParts struct {
+	msg extprocv3.ProcessingResponse
+	rq  extprocv3.ProcessingResponse_RequestBody
+	rs  extprocv3.ProcessingResponse_ResponseBody
+	br  extprocv3.BodyResponse
+	cr  extprocv3.CommonResponse
+	bm  extprocv3.BodyMutation
+	b   extprocv3.BodyMutation_Body
+}
+
+func copyBodyResponse(m *extprocv3.BodyResponse, parts *bodyReplyParts, a *arena) (*extprocv3.BodyResponse, bool) {
 	if m == nil {
 		return nil, true
 	}
 	if hasUnknown(m) {
 		return nil, false
 	}
-	cr, ok := copyCommonResponse(m.Response)
-	return &extprocv3.BodyResponse{Response: cr}, ok
+	cr, ok := copyCommonResponse(m.Response, parts, a)
+	parts.br.Response = cr
+	return &parts.br, ok
 }
 
-func copyCommonResponse(m *extprocv3.CommonResponse) (*extprocv3.CommonResponse, bool) {
+// copyCommonResponse copies m, into parts if not nil.
+func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *arena) (*extprocv3.CommonResponse, bool) {
 	if m == nil {
 		return nil, true
 	}
 	if hasUnknown(m) || m.Trailers != nil {
 		return nil, false
 	}
-	c := &extprocv3.CommonResponse{Status: m.Status, ClearRouteCache: m.ClearRouteCache}
+	var c *extprocv3.CommonResponse
+	if parts != nil {
+		c = &parts.cr
+	} else {
+		c = &extprocv3.CommonResponse{}
+	}
+	c.Status, c.ClearRouteCache = m.Status, m.ClearRouteCache
 	if hm := m.HeaderMutation; hm != nil {
 		if hasUnknown(hm) {
 			return nil, false
@@ -386,11 +438,22 @@ func copyCommonResponse(m *extprocv3.CommonResponse) (*extprocv3.CommonResponse,
 		if hasUnknown(bm) {
 			return nil, false
 		}
-		c.BodyMutation = &extprocv3.BodyMutation{}
+		if parts != nil {
+			c.BodyMutation = &parts.bm
+		} else {
+			c.BodyMutation = &extprocv3.BodyMutation{}
+		}
 		switch v := bm.Mutation.(type) {
 		case nil:
 		case *extprocv3.BodyMutation_Body:
-			c.BodyMutation.Mutation = &extprocv3.BodyMutation_Body{Body: cloneBytes(v.Body)}
+			var b *extprocv3.BodyMutation_Body
+			if parts != nil {
+				b = &parts.b
+			} else {
+				b = &extprocv3.BodyMutation_Body{}
+			}
+			b.Body = a.copyBytes(v.Body)
+			c.BodyMutation.Mutation = b
 		case *extprocv3.BodyMutation_ClearBody:
 			c.BodyMutation.Mutation = &extprocv3.BodyMutation_ClearBody{ClearBody: v.ClearBody}
 		default: // streamed_response
@@ -474,4 +537,65 @@ func cloneBytes(b []byte) []byte {
 		return nil
 	}
 	return append(make([]byte, 0, len(b)), b...)
+}
+
+// arena hands out the memory of one direction's copies of body messages
+// in blocks, so that a streamed body's chunks do not each cost
+// allocations: a block of parts for many messages, a block of bytes for
+// many bodies. Each copy gets memory of its own, never handed out again
+// (the receiver may keep it as long as it likes and change it in place);
+// a block is freed by the collector once no copy in it is referenced.
+// Only the direction's sender uses its arena: gRPC allows one SendMsg at
+// a time per stream.
+type arena struct {
+	bytes []byte
+	reqs  []bodyRequestParts
+	reps  []bodyReplyParts
+}
+
+// Block sizes: small enough that the blocks a stream holds on to are a
+// few kilobytes per direction.
+const (
+	arenaBytes = 16 << 10
+	arenaParts = 16
+)
+
+func (a *arena) requestParts() *bodyRequestParts {
+	if a == nil {
+		return new(bodyRequestParts)
+	}
+	if len(a.reqs) == 0 {
+		a.reqs = make([]bodyRequestParts, arenaParts)
+	}
+	p := &a.reqs[0]
+	a.reqs = a.reqs[1:]
+	return p
+}
+
+func (a *arena) replyParts() *bodyReplyParts {
+	if a == nil {
+		return new(bodyReplyParts)
+	}
+	if len(a.reps) == 0 {
+		a.reps = make([]bodyReplyParts, arenaParts)
+	}
+	p := &a.reps[0]
+	a.reps = a.reps[1:]
+	return p
+}
+
+// copyBytes copies b. Bodies over a quarter of a block get their own
+// allocation.
+func (a *arena) copyBytes(b []byte) []byte {
+	if a == nil || len(b) > arenaBytes/4 || b == nil {
+		return cloneBytes(b)
+	}
+	if cap(a.bytes)-len(a.bytes) < len(b) {
+		a.bytes = make([]byte, 0, arenaBytes)
+	}
+	n := len(a.bytes)
+	a.bytes = append(a.bytes, b...)
+	// Capped at its length: a receiver appending to its copy gets new
+	// memory rather than writing over the next copy.
+	return a.bytes[n:len(a.bytes):len(a.bytes)]
 }

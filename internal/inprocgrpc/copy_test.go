@@ -104,16 +104,16 @@ func TestCloneMessage(t *testing.T) {
 	for _, tc := range copyCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
 			want := proto.Clone(tc.msg)
-			got := cloneMessage(tc.msg)
+			got := cloneMessage(tc.msg, nil)
 			if !proto.Equal(got, tc.msg) {
 				t.Fatalf("copy differs:\n got %v\nwant %v", got, tc.msg)
 			}
 			var fast bool
 			switch m := tc.msg.(type) {
 			case *extprocv3.ProcessingRequest:
-				_, fast = copyProcessingRequest(m)
+				_, fast = copyProcessingRequest(m, nil)
 			case *extprocv3.ProcessingResponse:
-				_, fast = copyProcessingResponse(m)
+				_, fast = copyProcessingResponse(m, nil)
 			}
 			if fast != tc.fast {
 				t.Errorf("copied field by field: %v, want %v", fast, tc.fast)
@@ -124,9 +124,17 @@ func TestCloneMessage(t *testing.T) {
 			if !proto.Equal(tc.msg, want) {
 				t.Errorf("changing the copy changed the original:\n got %v\nwant %v", tc.msg, want)
 			}
+			// Copies from one arena, as a stream's sender makes them: each
+			// whole, and none changed by scribbling over another.
+			var ar arena
+			first, second := cloneMessage(tc.msg, &ar), cloneMessage(tc.msg, &ar)
+			scribble(first.ProtoReflect())
+			if !proto.Equal(second, tc.msg) || !proto.Equal(tc.msg, want) {
+				t.Errorf("copies from one arena share memory:\n got %v\nwant %v", second, tc.msg)
+			}
 			// And the move on the receiving side keeps it whole.
 			dst := tc.msg.ProtoReflect().New().Interface()
-			if err := moveMessage(dst, cloneMessage(tc.msg), 1<<20); err != nil {
+			if err := moveMessage(dst, cloneMessage(tc.msg, nil), 1<<20); err != nil {
 				t.Fatal(err)
 			}
 			if !proto.Equal(dst, tc.msg) {
@@ -179,7 +187,7 @@ func BenchmarkCloneMessage(b *testing.B) {
 		b.Run(tc.name+"/copy", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				cloneMessage(tc.msg)
+				cloneMessage(tc.msg, nil)
 			}
 		})
 		b.Run(tc.name+"/proto.Clone", func(b *testing.B) {
@@ -188,5 +196,28 @@ func BenchmarkCloneMessage(b *testing.B) {
 				proto.Clone(tc.msg)
 			}
 		})
+	}
+}
+
+// TestArenaBytes: copies carved from one block never overlap, even when a
+// receiver appends to its copy; large bodies get memory of their own.
+func TestArenaBytes(t *testing.T) {
+	var a arena
+	x := a.copyBytes([]byte("first"))
+	y := a.copyBytes([]byte("second"))
+	x = append(x, "-grown"...)
+	x[0] = 'F'
+	if string(y) != "second" || string(x) != "First-grown" {
+		t.Errorf("x %q, y %q", x, y)
+	}
+	if e := a.copyBytes([]byte{}); e == nil || len(e) != 0 {
+		t.Errorf("an empty body copied as %#v", e)
+	}
+	if a.copyBytes(nil) != nil {
+		t.Error("a nil body copied as non-nil")
+	}
+	big := make([]byte, arenaBytes)
+	if c := a.copyBytes(big); &c[0] == &big[0] || len(c) != len(big) {
+		t.Error("a large body was not copied")
 	}
 }
