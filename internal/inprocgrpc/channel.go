@@ -279,7 +279,12 @@ func copyMessage(dst, src any, limit int) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "inprocgrpc: messages must be protocol buffers, got %T", src)
 	}
-	return transfer(dst, s, limit, proto.Merge)
+	return transfer(dst, s, limit, func(d, s proto.Message) {
+		if c, ok := fastClone(s, nil); ok && moveFast(d, c) {
+			return
+		}
+		proto.Merge(d, s)
+	})
 }
 
 // moveMessage moves src, which nothing else references (the clone a

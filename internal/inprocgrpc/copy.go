@@ -2,8 +2,10 @@ package inprocgrpc
 
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -49,6 +51,17 @@ var copiedFields = map[protoreflect.FullName][]protoreflect.Name{
 	"google.protobuf.ListValue": {"values"},
 	"google.protobuf.BoolValue": {"value"},
 	"google.protobuf.Duration":  {"seconds", "nanos"},
+	// The rate limit service's unary call, made twice per request.
+	"envoy.service.ratelimit.v3.RateLimitRequest":                                {"domain", "descriptors", "hits_addend"},
+	"envoy.extensions.common.ratelimit.v3.RateLimitDescriptor":                   {"entries", "limit", "hits_addend", "is_negative_hits"},
+	"envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.Entry":             {"key", "value"},
+	"envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.RateLimitOverride": {"requests_per_unit", "unit", "unit_multiplier"},
+	"envoy.service.ratelimit.v3.RateLimitResponse": {"overall_code", "statuses", "response_headers_to_add",
+		"request_headers_to_add", "raw_body", "dynamic_metadata", "quota"},
+	"envoy.service.ratelimit.v3.RateLimitResponse.DescriptorStatus": {"code", "current_limit", "limit_remaining",
+		"duration_until_reset", "quota"},
+	"envoy.service.ratelimit.v3.RateLimitResponse.RateLimit": {"name", "requests_per_unit", "unit", "unit_multiplier"},
+	"google.protobuf.UInt64Value":                            {"value"},
 }
 
 // fastCopy: every message copiedFields names has exactly the fields the
@@ -58,7 +71,9 @@ var fastCopy = coversAll(copiedFields, []proto.Message{
 	&corev3.HeaderValue{}, &extprocv3.ProcessingResponse{}, &extprocv3.HeadersResponse{}, &extprocv3.BodyResponse{},
 	&extprocv3.CommonResponse{}, &extprocv3.HeaderMutation{}, &extprocv3.BodyMutation{}, &corev3.HeaderValueOption{},
 	&filterv3.ProcessingMode{}, &structpb.Struct{}, &structpb.Value{}, &structpb.ListValue{}, &wrapperspb.BoolValue{},
-	&durationpb.Duration{},
+	&durationpb.Duration{}, &rlsv3.RateLimitRequest{}, &rlv3.RateLimitDescriptor{}, &rlv3.RateLimitDescriptor_Entry{},
+	&rlv3.RateLimitDescriptor_RateLimitOverride{}, &rlsv3.RateLimitResponse{}, &rlsv3.RateLimitResponse_DescriptorStatus{},
+	&rlsv3.RateLimitResponse_RateLimit{}, &wrapperspb.UInt64Value{},
 })
 
 func coversAll(known map[protoreflect.FullName][]protoreflect.Name, msgs []proto.Message) bool {
@@ -83,19 +98,29 @@ func coversAll(known map[protoreflect.FullName][]protoreflect.Name, msgs []proto
 // cloneMessage deep-copies m. The copies of body messages (every chunk of
 // a streamed body is one) take their memory from a, if not nil.
 func cloneMessage(m proto.Message, a *arena) proto.Message {
-	if fastCopy {
-		switch v := m.(type) {
-		case *extprocv3.ProcessingRequest:
-			if c, ok := copyProcessingRequest(v, a); ok {
-				return c
-			}
-		case *extprocv3.ProcessingResponse:
-			if c, ok := copyProcessingResponse(v, a); ok {
-				return c
-			}
-		}
+	if c, ok := fastClone(m, a); ok {
+		return c
 	}
 	return proto.Clone(m)
+}
+
+// fastClone is cloneMessage's field-by-field copy; false when m is not a
+// message it copies.
+func fastClone(m proto.Message, a *arena) (proto.Message, bool) {
+	if !fastCopy {
+		return nil, false
+	}
+	switch v := m.(type) {
+	case *extprocv3.ProcessingRequest:
+		return copyProcessingRequest(v, a)
+	case *extprocv3.ProcessingResponse:
+		return copyProcessingResponse(v, a)
+	case *rlsv3.RateLimitRequest:
+		return copyRateLimitRequest(v)
+	case *rlsv3.RateLimitResponse:
+		return copyRateLimitResponse(v)
+	}
+	return nil, false
 }
 
 // moveFast moves src's fields into dst (of the same type), as moveMessage
@@ -125,6 +150,23 @@ func moveFast(dst, src proto.Message) bool {
 		d.OverrideMessageTimeout, d.TypedDynamicMetadata = s.OverrideMessageTimeout, s.TypedDynamicMetadata
 		d.RequestDrain, d.RequestDrainRequests, d.RequestDrainResponses = s.RequestDrain, s.RequestDrainRequests, s.RequestDrainResponses
 		d.ServerWindowUpdate = s.ServerWindowUpdate
+		return true
+	case *rlsv3.RateLimitRequest:
+		d, ok := dst.(*rlsv3.RateLimitRequest)
+		if !ok {
+			return false
+		}
+		d.Reset()
+		d.Domain, d.Descriptors, d.HitsAddend = s.Domain, s.Descriptors, s.HitsAddend
+		return true
+	case *rlsv3.RateLimitResponse:
+		d, ok := dst.(*rlsv3.RateLimitResponse)
+		if !ok {
+			return false
+		}
+		d.Reset()
+		d.OverallCode, d.Statuses, d.ResponseHeadersToAdd = s.OverallCode, s.Statuses, s.ResponseHeadersToAdd
+		d.RequestHeadersToAdd, d.RawBody, d.DynamicMetadata, d.Quota = s.RequestHeadersToAdd, s.RawBody, s.DynamicMetadata, s.Quota
 		return true
 	}
 	return false
@@ -598,4 +640,88 @@ func (a *arena) copyBytes(b []byte) []byte {
 	// Capped at its length: a receiver appending to its copy gets new
 	// memory rather than writing over the next copy.
 	return a.bytes[n:len(a.bytes):len(a.bytes)]
+}
+
+func copyRateLimitRequest(m *rlsv3.RateLimitRequest) (*rlsv3.RateLimitRequest, bool) {
+	if hasUnknown(m) {
+		return nil, false
+	}
+	c := &rlsv3.RateLimitRequest{Domain: m.Domain, HitsAddend: m.HitsAddend}
+	if m.Descriptors == nil {
+		return c, true
+	}
+	ds := make([]rlv3.RateLimitDescriptor, len(m.Descriptors))
+	c.Descriptors = make([]*rlv3.RateLimitDescriptor, len(m.Descriptors))
+	for i, d := range m.Descriptors {
+		if d == nil || hasUnknown(d) {
+			return nil, false
+		}
+		cd := &ds[i]
+		cd.IsNegativeHits = d.IsNegativeHits
+		if d.Entries != nil {
+			es := make([]rlv3.RateLimitDescriptor_Entry, len(d.Entries))
+			cd.Entries = make([]*rlv3.RateLimitDescriptor_Entry, len(d.Entries))
+			for j, e := range d.Entries {
+				if e == nil || hasUnknown(e) {
+					return nil, false
+				}
+				es[j].Key, es[j].Value = e.Key, e.Value
+				cd.Entries[j] = &es[j]
+			}
+		}
+		if l := d.Limit; l != nil {
+			if hasUnknown(l) || l.UnitMultiplier != nil {
+				return nil, false
+			}
+			cd.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		}
+		if h := d.HitsAddend; h != nil {
+			if hasUnknown(h) {
+				return nil, false
+			}
+			cd.HitsAddend = &wrapperspb.UInt64Value{Value: h.Value}
+		}
+		c.Descriptors[i] = cd
+	}
+	return c, true
+}
+
+func copyRateLimitResponse(m *rlsv3.RateLimitResponse) (*rlsv3.RateLimitResponse, bool) {
+	if hasUnknown(m) || len(m.ResponseHeadersToAdd) > 0 || len(m.RequestHeadersToAdd) > 0 || m.Quota != nil {
+		return nil, false
+	}
+	c := &rlsv3.RateLimitResponse{OverallCode: m.OverallCode, RawBody: cloneBytes(m.RawBody)}
+	if m.DynamicMetadata != nil {
+		md, ok := copyStruct(m.DynamicMetadata)
+		if !ok {
+			return nil, false
+		}
+		c.DynamicMetadata = md
+	}
+	if m.Statuses == nil {
+		return c, true
+	}
+	ss := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(m.Statuses))
+	c.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(m.Statuses))
+	for i, st := range m.Statuses {
+		if st == nil || hasUnknown(st) || st.Quota != nil {
+			return nil, false
+		}
+		cs := &ss[i]
+		cs.Code, cs.LimitRemaining = st.Code, st.LimitRemaining
+		if l := st.CurrentLimit; l != nil {
+			if hasUnknown(l) || l.UnitMultiplier != nil {
+				return nil, false
+			}
+			cs.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		}
+		if d := st.DurationUntilReset; d != nil {
+			if hasUnknown(d) {
+				return nil, false
+			}
+			cs.DurationUntilReset = &durationpb.Duration{Seconds: d.Seconds, Nanos: d.Nanos}
+		}
+		c.Statuses[i] = cs
+	}
+	return c, true
 }

@@ -4,8 +4,10 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -90,6 +92,19 @@ func copyCases(t *testing.T) []struct {
 		{"immediate response", &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 			ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
 				Body: []byte(`{"error":{}}`)}}, DynamicMetadata: meta}, false},
+		{"rate limit request", &rlsv3.RateLimitRequest{Domain: "switchyard", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "tier", Value: "free"}, {Key: "key_id", Value: "k"}}},
+			{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "usage", Value: "tokens"}},
+				Limit:      &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_MINUTE},
+				HitsAddend: wrapperspb.UInt64(40), IsNegativeHits: true},
+		}}, true},
+		{"rate limit response", &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, RawBody: []byte("over"),
+			DynamicMetadata: meta, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+				{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: 3, DurationUntilReset: durationpb.New(5e9),
+					CurrentLimit: &rlsv3.RateLimitResponse_RateLimit{Name: "n", RequestsPerUnit: 4, Unit: rlsv3.RateLimitResponse_RateLimit_MINUTE}},
+				{Code: rlsv3.RateLimitResponse_OVER_LIMIT},
+			}}, true},
+		{"rate limit response with headers", &rlsv3.RateLimitResponse{ResponseHeadersToAdd: []*corev3.HeaderValue{{Key: "x", Value: "y"}}}, false},
 		{"reply with trailers", &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
 			ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{Trailers: headers}}}}, false},
 	}
@@ -108,13 +123,7 @@ func TestCloneMessage(t *testing.T) {
 			if !proto.Equal(got, tc.msg) {
 				t.Fatalf("copy differs:\n got %v\nwant %v", got, tc.msg)
 			}
-			var fast bool
-			switch m := tc.msg.(type) {
-			case *extprocv3.ProcessingRequest:
-				_, fast = copyProcessingRequest(m, nil)
-			case *extprocv3.ProcessingResponse:
-				_, fast = copyProcessingResponse(m, nil)
-			}
+			_, fast := fastClone(tc.msg, nil)
 			if fast != tc.fast {
 				t.Errorf("copied field by field: %v, want %v", fast, tc.fast)
 			}
@@ -139,6 +148,19 @@ func TestCloneMessage(t *testing.T) {
 			}
 			if !proto.Equal(dst, tc.msg) {
 				t.Errorf("moved message differs:\n got %v\nwant %v", dst, tc.msg)
+			}
+			// A unary call's copy, into a message holding something else.
+			unary := proto.Clone(tc.msg)
+			proto.Reset(unary)
+			if err := copyMessage(unary, tc.msg, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			scribble(unary.ProtoReflect())
+			if !proto.Equal(tc.msg, want) {
+				t.Errorf("a unary copy shares memory with the original")
+			}
+			if err := copyMessage(unary, tc.msg, 1<<20); err != nil || !proto.Equal(unary, tc.msg) {
+				t.Errorf("unary copy differs (%v):\n got %v\nwant %v", err, unary, tc.msg)
 			}
 		})
 	}
