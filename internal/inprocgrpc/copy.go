@@ -273,13 +273,14 @@ func copyHeaderMap(m *corev3.HeaderMap) (*corev3.HeaderMap, bool) {
 	}
 	vals := make([]corev3.HeaderValue, len(m.Headers))
 	c.Headers = make([]*corev3.HeaderValue, len(m.Headers))
+	raw := rawBlock(m.Headers)
 	for i, h := range m.Headers {
 		if h == nil {
 			// proto.Clone would fail on this too (a nil element of a
 			// repeated message field); let it.
 			return nil, false
 		}
-		if !copyHeaderValue(&vals[i], h) {
+		if !copyHeaderValue(&vals[i], h, &raw) {
 			return nil, false
 		}
 		c.Headers[i] = &vals[i]
@@ -287,11 +288,29 @@ func copyHeaderMap(m *corev3.HeaderMap) (*corev3.HeaderMap, bool) {
 	return c, true
 }
 
-func copyHeaderValue(dst, m *corev3.HeaderValue) bool {
+// rawBlock is memory for the raw values of hs, copied by copyHeaderValue:
+// one allocation for a header map rather than one per header.
+func rawBlock(hs []*corev3.HeaderValue) []byte {
+	n := 0
+	for _, h := range hs {
+		n += len(h.GetRawValue())
+	}
+	return make([]byte, 0, n)
+}
+
+// copyHeaderValue copies m into dst, its raw value into raw's spare
+// capacity (each value capped at its length, so that appending to one
+// never writes over the next).
+func copyHeaderValue(dst, m *corev3.HeaderValue, raw *[]byte) bool {
 	if hasUnknown(m) {
 		return false
 	}
-	dst.Key, dst.Value, dst.RawValue = m.Key, m.Value, cloneBytes(m.RawValue)
+	dst.Key, dst.Value = m.Key, m.Value
+	if m.RawValue != nil {
+		start := len(*raw)
+		*raw = append(*raw, m.RawValue...)
+		dst.RawValue = (*raw)[start:len(*raw):len(*raw)]
+	}
 	return true
 }
 
@@ -450,6 +469,7 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 			opts := make([]corev3.HeaderValueOption, len(hm.SetHeaders))
 			set := make([]*corev3.HeaderValueOption, len(hm.SetHeaders))
 			var vals []corev3.HeaderValue // allocated with the first header
+			var raw []byte
 			for i, o := range hm.SetHeaders {
 				if o == nil || hasUnknown(o) {
 					return nil, false
@@ -465,8 +485,13 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 				if o.Header != nil {
 					if vals == nil {
 						vals = make([]corev3.HeaderValue, len(hm.SetHeaders))
+						n := 0
+						for _, o := range hm.SetHeaders {
+							n += len(o.GetHeader().GetRawValue())
+						}
+						raw = make([]byte, 0, n)
 					}
-					if !copyHeaderValue(&vals[i], o.Header) {
+					if !copyHeaderValue(&vals[i], o.Header, &raw) {
 						return nil, false
 					}
 					d.Header = &vals[i]
@@ -511,9 +536,27 @@ func copyStruct(m *structpb.Struct) (*structpb.Struct, bool) {
 	}
 	c := &structpb.Struct{}
 	if m.Fields != nil {
+		// The values, and their string and number kinds (nearly all of
+		// the gateway's metadata), are allocated a block each.
+		var ns, nn int
+		for _, v := range m.Fields {
+			switch v.GetKind().(type) {
+			case *structpb.Value_StringValue:
+				ns++
+			case *structpb.Value_NumberValue:
+				nn++
+			}
+		}
+		b := valueBlock{vals: make([]structpb.Value, len(m.Fields))}
+		if ns > 0 {
+			b.strs = make([]structpb.Value_StringValue, ns)
+		}
+		if nn > 0 {
+			b.nums = make([]structpb.Value_NumberValue, nn)
+		}
 		c.Fields = make(map[string]*structpb.Value, len(m.Fields))
 		for k, v := range m.Fields {
-			cv, ok := copyValue(v)
+			cv, ok := copyValue(v, &b)
 			if !ok {
 				return nil, false
 			}
@@ -523,19 +566,46 @@ func copyStruct(m *structpb.Struct) (*structpb.Struct, bool) {
 	return c, true
 }
 
-func copyValue(m *structpb.Value) (*structpb.Value, bool) {
+// valueBlock is memory for a Struct's values, taken from the front.
+type valueBlock struct {
+	vals []structpb.Value
+	strs []structpb.Value_StringValue
+	nums []structpb.Value_NumberValue
+}
+
+// copyValue copies m, into b's memory if b is not nil.
+func copyValue(m *structpb.Value, b *valueBlock) (*structpb.Value, bool) {
 	if m == nil || hasUnknown(m) {
 		return nil, false
 	}
-	c := &structpb.Value{}
+	var c *structpb.Value
+	if b != nil && len(b.vals) > 0 {
+		c, b.vals = &b.vals[0], b.vals[1:]
+	} else {
+		c = &structpb.Value{}
+	}
 	switch k := m.Kind.(type) {
 	case nil:
 	case *structpb.Value_NullValue:
 		c.Kind = &structpb.Value_NullValue{NullValue: k.NullValue}
 	case *structpb.Value_NumberValue:
-		c.Kind = &structpb.Value_NumberValue{NumberValue: k.NumberValue}
+		if b != nil && len(b.nums) > 0 {
+			n := &b.nums[0]
+			b.nums = b.nums[1:]
+			n.NumberValue = k.NumberValue
+			c.Kind = n
+		} else {
+			c.Kind = &structpb.Value_NumberValue{NumberValue: k.NumberValue}
+		}
 	case *structpb.Value_StringValue:
-		c.Kind = &structpb.Value_StringValue{StringValue: k.StringValue}
+		if b != nil && len(b.strs) > 0 {
+			sv := &b.strs[0]
+			b.strs = b.strs[1:]
+			sv.StringValue = k.StringValue
+			c.Kind = sv
+		} else {
+			c.Kind = &structpb.Value_StringValue{StringValue: k.StringValue}
+		}
 	case *structpb.Value_BoolValue:
 		c.Kind = &structpb.Value_BoolValue{BoolValue: k.BoolValue}
 	case *structpb.Value_StructValue:
@@ -558,7 +628,7 @@ func copyValue(m *structpb.Value) (*structpb.Value, bool) {
 				if v == nil {
 					return nil, false
 				}
-				cv, ok := copyValue(v)
+				cv, ok := copyValue(v, nil)
 				if !ok {
 					return nil, false
 				}
