@@ -659,25 +659,38 @@ func cloneBytes(b []byte) []byte {
 // a block is freed by the collector once no copy in it is referenced.
 // Only the direction's sender uses its arena: gRPC allows one SendMsg at
 // a time per stream.
+//
+// Blocks start at the size of one copy and double up to the maximum, so a
+// stream of one body message (a non-streaming request) allocates no more
+// than a plain copy would, and a long stream soon allocates once per 16
+// chunks.
 type arena struct {
 	bytes []byte
 	reqs  []bodyRequestParts
 	reps  []bodyReplyParts
+	// Sizes of the last blocks made.
+	nbytes, nreqs, nreps int
 }
 
-// Block sizes: small enough that the blocks a stream holds on to are a
-// few kilobytes per direction.
+// Largest block sizes: small enough that the blocks a stream holds on to
+// are a few kilobytes per direction.
 const (
 	arenaBytes = 16 << 10
 	arenaParts = 16
 )
+
+// grow is the next block's size after one of last.
+func grow(last, need, limit int) int {
+	return max(min(2*last, limit), need)
+}
 
 func (a *arena) requestParts() *bodyRequestParts {
 	if a == nil {
 		return new(bodyRequestParts)
 	}
 	if len(a.reqs) == 0 {
-		a.reqs = make([]bodyRequestParts, arenaParts)
+		a.nreqs = grow(a.nreqs, 1, arenaParts)
+		a.reqs = make([]bodyRequestParts, a.nreqs)
 	}
 	p := &a.reqs[0]
 	a.reqs = a.reqs[1:]
@@ -689,7 +702,8 @@ func (a *arena) replyParts() *bodyReplyParts {
 		return new(bodyReplyParts)
 	}
 	if len(a.reps) == 0 {
-		a.reps = make([]bodyReplyParts, arenaParts)
+		a.nreps = grow(a.nreps, 1, arenaParts)
+		a.reps = make([]bodyReplyParts, a.nreps)
 	}
 	p := &a.reps[0]
 	a.reps = a.reps[1:]
@@ -703,7 +717,8 @@ func (a *arena) copyBytes(b []byte) []byte {
 		return cloneBytes(b)
 	}
 	if cap(a.bytes)-len(a.bytes) < len(b) {
-		a.bytes = make([]byte, 0, arenaBytes)
+		a.nbytes = grow(a.nbytes, len(b), arenaBytes)
+		a.bytes = make([]byte, 0, a.nbytes)
 	}
 	n := len(a.bytes)
 	a.bytes = append(a.bytes, b...)
