@@ -148,6 +148,7 @@ func moveFast(dst, src proto.Message) bool {
 		d.Reset()
 		d.Response, d.DynamicMetadata, d.ModeOverride = s.Response, s.DynamicMetadata, s.ModeOverride
 		d.OverrideMessageTimeout, d.TypedDynamicMetadata = s.OverrideMessageTimeout, s.TypedDynamicMetadata
+		//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
 		d.RequestDrain, d.RequestDrainRequests, d.RequestDrainResponses = s.RequestDrain, s.RequestDrainRequests, s.RequestDrainResponses
 		d.ServerWindowUpdate = s.ServerWindowUpdate
 		return true
@@ -248,6 +249,7 @@ func copyHttpHeaders(m *extprocv3.HttpHeaders) (*extprocv3.HttpHeaders, bool) {
 	if m == nil {
 		return nil, true
 	}
+	//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
 	if hasUnknown(m) || len(m.Attributes) > 0 {
 		return nil, false
 	}
@@ -349,6 +351,7 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	default:
 		c = &extprocv3.ProcessingResponse{}
 	}
+	//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
 	c.RequestDrain, c.RequestDrainRequests, c.RequestDrainResponses = m.RequestDrain, m.RequestDrainRequests, m.RequestDrainResponses
 	switch r := m.Response.(type) {
 	case nil:
@@ -476,11 +479,13 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 				}
 				d := &opts[i]
 				d.AppendAction, d.KeepEmptyValue = o.AppendAction, o.KeepEmptyValue
-				if o.Append != nil {
-					if hasUnknown(o.Append) {
+				//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
+				if ap := o.Append; ap != nil {
+					if hasUnknown(ap) {
 						return nil, false
 					}
-					d.Append = &wrapperspb.BoolValue{Value: o.Append.Value}
+					//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
+					d.Append = &wrapperspb.BoolValue{Value: ap.Value}
 				}
 				if o.Header != nil {
 					if vals == nil {

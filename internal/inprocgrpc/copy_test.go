@@ -77,7 +77,8 @@ func copyCases(t *testing.T) []struct {
 				ResponseBodyMode: filterv3.ProcessingMode_STREAMED, RequestTrailerMode: filterv3.ProcessingMode_SKIP,
 				ResponseTrailerMode: filterv3.ProcessingMode_SKIP},
 			OverrideMessageTimeout: durationpb.New(1500000000),
-			RequestDrain:           true, RequestDrainRequests: true, RequestDrainResponses: true,
+			//lint:ignore SA1019 the copy must keep deprecated fields too
+			RequestDrain: true, RequestDrainRequests: true, RequestDrainResponses: true,
 		}, true},
 		{"response headers reply", &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
 			ResponseHeaders: &extprocv3.HeadersResponse{}}}, true},
