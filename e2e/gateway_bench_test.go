@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"net/http"
+	"runtime"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/switchyard-ai/switchyard/internal/gateway"
 )
@@ -41,9 +46,133 @@ func BenchmarkGatewayChat(b *testing.B) {
 			do()
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := processCPU(b)
 			for range b.N {
 				do()
 			}
+			// The process's user+system CPU time per request (client, fake
+			// and gateway together): unlike ns/op, it does not grow when
+			// other work on the machine delays this benchmark's goroutines.
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// lockstepSSE is an upstream answering every request with an event stream
+// of x-fake-chunks content chunks, then a usage chunk and [DONE], from
+// bytes made once (it allocates nothing per chunk). It writes each chunk
+// only once the client has read the one before (next), so every chunk
+// crosses the gateway on its own: one read, one ext_proc exchange, one
+// write and flush each, as with a model producing tokens slower than the
+// gateway relays them.
+type lockstepSSE struct{ next chan struct{} }
+
+var (
+	sseChunk = []byte(`data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"fake-chat-1","choices":[{"index":0,"delta":{"content":"word "},"finish_reason":null}]}` + "\n\n")
+	sseTail  = []byte(`data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"fake-chat-1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n" +
+		`data: {"id":"chatcmpl-b","object":"chat.completion.chunk","created":1,"model":"fake-chat-1","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":256,"total_tokens":276}}` + "\n\n" +
+		"data: [DONE]\n\n")
+)
+
+func (u *lockstepSSE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	n, _ := strconv.Atoi(r.Header.Get("x-fake-chunks"))
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	for range n {
+		_, _ = w.Write(sseChunk)
+		_ = rc.Flush()
+		select {
+		case <-u.next:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	_, _ = w.Write(sseTail)
+}
+
+// BenchmarkGatewayStream is one streamed chat completion at a time through
+// the whole in-process stack, relaying sseChunks content chunks one at a
+// time (lockstepSSE): each read from the upstream, sent through ext_proc
+// (response body STREAMED: extproc reads usage from the stream), written
+// and flushed to the client. allocs/chunk is what one more chunk costs in
+// heap allocations: the difference between a stream of sseChunks chunks
+// and one of none, per chunk (whole process, runtime.MemStats.Mallocs;
+// the client's reading and the upstream allocate nothing per chunk).
+func BenchmarkGatewayStream(b *testing.B) {
+	const sseChunks = 256
+	for _, tc := range []struct {
+		name     string
+		loopback bool
+	}{{"inprocess", false}, {"loopback-grpc", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			up := &lockstepSSE{next: make(chan struct{}, 1)}
+			s := newStack(b, stackOptions{wrapUpstream: func(http.Handler) http.Handler { return up },
+				gateway: func(o *gateway.Options) { o.LoopbackGRPC = tc.loopback }})
+			body := []byte(`{"model":"demo/chat","stream":true,"messages":[{"role":"user","content":"Say something long about proxies."}]}`)
+			client := &http.Client{Timeout: time.Minute} // a broken relay fails rather than hangs
+			url := s.gw.BaseURL() + "/chat/completions"
+			br := bufio.NewReaderSize(nil, 64<<10)
+			do := func(chunks int) uint64 {
+				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+s.key)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("x-fake-chunks", strconv.Itoa(chunks))
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				before := ms.Mallocs
+				resp, err := client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+				br.Reset(resp.Body)
+				content, done := 0, false
+				for !done {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
+						b.Fatalf("after %d content events: %v", content, err)
+					}
+					switch {
+					case bytes.Contains(line, []byte(`"content":"word "`)):
+						content++
+						if content <= chunks {
+							up.next <- struct{}{}
+						}
+					case bytes.Equal(line, []byte("data: [DONE]\n")):
+						done = true
+					}
+				}
+				resp.Body.Close()
+				runtime.ReadMemStats(&ms)
+				if content != chunks {
+					b.Fatalf("%d content events relayed, want %d", content, chunks)
+				}
+				return ms.Mallocs - before
+			}
+			do(0)
+			do(sseChunks)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var extra float64
+			for range b.N {
+				base := do(0)
+				extra += float64(do(sseChunks)) - float64(base)
+			}
+			b.StopTimer()
+			b.ReportMetric(extra/float64(b.N)/sseChunks, "allocs/chunk")
 		})
 	}
 }

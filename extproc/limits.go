@@ -338,16 +338,41 @@ func (st *stream) limiterFailed(ctx context.Context, err error, tier config.Tier
 	return nil
 }
 
-// rateLimitHeaders are OpenAI's six x-ratelimit-* headers.
+// rateLimitHeaders are OpenAI's six x-ratelimit-* headers, as setHeader
+// makes them but allocated together (every response carries them): the
+// options and values in one block, the values' bytes in one buffer.
 func rateLimitHeaders(rq, tk *rlsv3.RateLimitResponse_DescriptorStatus, requestsLeft, tokensLeft int64) []*corev3.HeaderValueOption {
-	return []*corev3.HeaderValueOption{
-		setHeader("x-ratelimit-limit-requests", strconv.FormatUint(uint64(rq.GetCurrentLimit().GetRequestsPerUnit()), 10)),
-		setHeader("x-ratelimit-remaining-requests", strconv.FormatInt(max(requestsLeft, 0), 10)),
-		setHeader("x-ratelimit-reset-requests", (time.Duration(resetSeconds(rq)) * time.Second).String()),
-		setHeader("x-ratelimit-limit-tokens", strconv.FormatUint(uint64(tk.GetCurrentLimit().GetRequestsPerUnit()), 10)),
-		setHeader("x-ratelimit-remaining-tokens", strconv.FormatInt(max(tokensLeft, 0), 10)),
-		setHeader("x-ratelimit-reset-tokens", (time.Duration(resetSeconds(tk)) * time.Second).String()),
+	names := [...]string{"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
+		"x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"}
+	var ends [len(names)]int
+	buf := make([]byte, 0, 96)
+	buf = strconv.AppendUint(buf, uint64(rq.GetCurrentLimit().GetRequestsPerUnit()), 10)
+	ends[0] = len(buf)
+	buf = strconv.AppendInt(buf, max(requestsLeft, 0), 10)
+	ends[1] = len(buf)
+	buf = append(buf, (time.Duration(resetSeconds(rq)) * time.Second).String()...)
+	ends[2] = len(buf)
+	buf = strconv.AppendUint(buf, uint64(tk.GetCurrentLimit().GetRequestsPerUnit()), 10)
+	ends[3] = len(buf)
+	buf = strconv.AppendInt(buf, max(tokensLeft, 0), 10)
+	ends[4] = len(buf)
+	buf = append(buf, (time.Duration(resetSeconds(tk)) * time.Second).String()...)
+	ends[5] = len(buf)
+	parts := new(struct {
+		opts [len(names)]corev3.HeaderValueOption
+		vals [len(names)]corev3.HeaderValue
+		ptrs [len(names)]*corev3.HeaderValueOption
+	})
+	start := 0
+	for i, name := range names {
+		v := &parts.vals[i]
+		v.Key, v.RawValue = name, buf[start:ends[i]:ends[i]]
+		start = ends[i]
+		o := &parts.opts[i]
+		o.Header, o.AppendAction = v, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		parts.ptrs[i] = o
 	}
+	return parts.ptrs[:]
 }
 
 // resetSeconds is when the descriptor's window ends, in whole seconds (at

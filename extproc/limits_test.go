@@ -8,12 +8,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/switchyard-ai/switchyard/internal/catalog"
 	"github.com/switchyard-ai/switchyard/internal/config"
@@ -380,4 +384,46 @@ func mustParse(t *testing.T, body string) *chatRequest {
 		t.Fatalf("parseChat: %v", e)
 	}
 	return &r
+}
+
+// TestRateLimitHeadersBlock: the six headers, built in one block, are what
+// setHeader would make of each, and none shares bytes with another.
+func TestRateLimitHeadersBlock(t *testing.T) {
+	status := func(limit uint32, reset *durationpb.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+		return &rlsv3.RateLimitResponse_DescriptorStatus{
+			CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: limit},
+			DurationUntilReset: reset}
+	}
+	for _, tc := range []struct {
+		rq, tk                   *rlsv3.RateLimitResponse_DescriptorStatus
+		requestsLeft, tokensLeft int64
+	}{
+		{status(60, durationpb.New(42e9)), status(90000, durationpb.New(59500e6)), 59, 89000},
+		{status(4294967295, durationpb.New(3600e9)), status(1, nil), -3, 0},
+		{status(0, durationpb.New(1)), status(1_000_000_000, durationpb.New(61e9)), 1 << 40, -(1 << 40)},
+	} {
+		got := rateLimitHeaders(tc.rq, tc.tk, tc.requestsLeft, tc.tokensLeft)
+		want := []*corev3.HeaderValueOption{
+			setHeader("x-ratelimit-limit-requests", strconv.FormatUint(uint64(tc.rq.GetCurrentLimit().GetRequestsPerUnit()), 10)),
+			setHeader("x-ratelimit-remaining-requests", strconv.FormatInt(max(tc.requestsLeft, 0), 10)),
+			setHeader("x-ratelimit-reset-requests", (time.Duration(resetSeconds(tc.rq)) * time.Second).String()),
+			setHeader("x-ratelimit-limit-tokens", strconv.FormatUint(uint64(tc.tk.GetCurrentLimit().GetRequestsPerUnit()), 10)),
+			setHeader("x-ratelimit-remaining-tokens", strconv.FormatInt(max(tc.tokensLeft, 0), 10)),
+			setHeader("x-ratelimit-reset-tokens", (time.Duration(resetSeconds(tc.tk)) * time.Second).String()),
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d headers, want %d", len(got), len(want))
+		}
+		for i := range want {
+			if !proto.Equal(got[i], want[i]) {
+				t.Errorf("header %d: %v, want %v", i, got[i], want[i])
+			}
+		}
+		// Appending to one value must not write into the next.
+		v0 := got[0].GetHeader()
+		v0.RawValue = append(v0.RawValue, "xyz"...)
+		if !proto.Equal(got[1], want[1]) {
+			t.Errorf("appending to the first value changed the second: %v", got[1])
+		}
+	}
 }

@@ -178,8 +178,13 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	// A client that goes away after the usage chunk still used the tokens:
 	// record them even if the end of the response never reaches us.
 	defer h.finish(ctx)
+	// One message, received into again and again: the handlers keep parts
+	// of a message (its body), never the message itself, and each receive
+	// gives it fresh parts (proto.Unmarshal, or the in-process channel's
+	// copy), so a streamed body's chunks cost no allocation here.
+	req := new(extprocv3.ProcessingRequest)
 	for {
-		req, err := ps.Recv()
+		err := ps.RecvMsg(req)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/envoyproxy/ratelimit/src/config"
@@ -81,5 +82,39 @@ func loadConfigs(resources []*rlsconfv3.RateLimitConfig, sm stats.Manager) (cfg 
 // that keeps nothing: the service insists on one, and Switchyard exports
 // its own counters (Metrics).
 func newStatsManager() stats.Manager {
-	return stats.NewStatManager(gostats.NewStore(gostats.NewNullSink(), false), settings.Settings{})
+	return &cachedStats{Manager: stats.NewStatManager(gostats.NewStore(gostats.NewNullSink(), false), settings.Settings{})}
+}
+
+// maxCachedStats bounds cachedStats: past it the cache starts over (the
+// store behind it already holds a counter per key it has seen).
+const maxCachedStats = 1 << 16
+
+// cachedStats remembers NewStats's answer per descriptor key. The library
+// calls NewStats on every lookup of a descriptor that carries its own limit
+// (a key with a custom RPM or TPM: every request of such a key, twice), and
+// each call sanitises the key with a regular expression and looks up six
+// counters by concatenated names: most of the limiter's cost per request.
+// The Manager interface promises that calls with the same key are
+// equivalent, so answering from a cache changes nothing.
+type cachedStats struct {
+	stats.Manager
+	mu    sync.RWMutex
+	byKey map[string]stats.RateLimitStats
+}
+
+func (c *cachedStats) NewStats(key string) stats.RateLimitStats {
+	c.mu.RLock()
+	st, ok := c.byKey[key]
+	c.mu.RUnlock()
+	if ok {
+		return st
+	}
+	st = c.Manager.NewStats(key)
+	c.mu.Lock()
+	if c.byKey == nil || len(c.byKey) >= maxCachedStats {
+		c.byKey = make(map[string]stats.RateLimitStats)
+	}
+	c.byKey[key] = st
+	c.mu.Unlock()
+	return st
 }

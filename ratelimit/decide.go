@@ -36,7 +36,7 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	unlimited := make([]bool, n)
 	var replaced map[string]bool
 	for i, d := range req.Descriptors {
-		l := cfg.GetLimit(ctx, req.Domain, d)
+		l := s.limits.getLimit(ctx, cfg, req.Domain, d)
 		if l == nil {
 			continue
 		}

@@ -129,3 +129,75 @@ func TestDecideMatchesService(t *testing.T) {
 		t.Errorf("4 calls on a 3 RPM tier answered %v", codes)
 	}
 }
+
+// BenchmarkShouldRateLimit is one admission call (requests and tokens
+// descriptors) of a key on its tier's limits and of a key with limits of
+// its own (descriptor-level overrides), on the in-memory counter store.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	tiers := map[string]config.Tier{"free": {RPM: 1 << 30, TPM: 1 << 30}, "enterprise": {}}
+	for _, tc := range []struct {
+		name   string
+		tier   string
+		limits Limits
+	}{
+		{"tier", "free", Limits{RPM: 1 << 30, TPM: 1 << 30}},
+		{"custom", "enterprise", Limits{RPM: 1 << 30, TPM: 1 << 30, CustomRPM: true, CustomTPM: true}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := NewServer(Options{})
+			if err := s.SetConfig(BuildConfig(tiers)); err != nil {
+				b.Fatal(err)
+			}
+			req := &rlsv3.RateLimitRequest{Domain: Domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+				RequestsDescriptor(tc.tier, "k", tc.limits, 1), TokensDescriptor(tc.tier, "k", tc.limits, 40)}}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				r, err := s.ShouldRateLimit(ctx, req)
+				if err != nil || r.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					b.Fatal(r, err)
+				}
+			}
+		})
+	}
+}
+
+// TestDecideAfterConfigChange: decide's cached limits belong to the
+// configuration they came from; a new configuration's limits apply at once.
+func TestDecideAfterConfigChange(t *testing.T) {
+	now := int64(1_800_000_018)
+	s := NewServer(Options{Clock: clockFunc(func() int64 { return now })})
+	if !s.direct {
+		t.Fatal("decide is not in use")
+	}
+	call := func() rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		r, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: Domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{RequestsDescriptor("free", "a", Limits{RPM: 1, TPM: 1}, 1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetOverallCode()
+	}
+	if err := s.SetConfig(BuildConfig(map[string]config.Tier{"free": {RPM: 1, TPM: 100}})); err != nil {
+		t.Fatal(err)
+	}
+	if got := []rlsv3.RateLimitResponse_Code{call(), call()}; got[0] != rlsv3.RateLimitResponse_OK || got[1] != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("at 1 RPM: %v", got)
+	}
+	if err := s.SetConfig(BuildConfig(map[string]config.Tier{"free": {RPM: 10, TPM: 100}})); err != nil {
+		t.Fatal(err)
+	}
+	if got := call(); got != rlsv3.RateLimitResponse_OK {
+		t.Errorf("third request at 10 RPM: %v", got)
+	}
+	if err := s.SetConfig(BuildConfig(map[string]config.Tier{"gold": {RPM: 10, TPM: 100}})); err != nil {
+		t.Fatal(err)
+	}
+	// The tier is gone: no limit applies, as the library answers.
+	for range 20 {
+		if got := call(); got != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("with the tier gone: %v", got)
+		}
+	}
+}

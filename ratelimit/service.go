@@ -59,6 +59,8 @@ type Server struct {
 	// direct: answer through decide rather than the service's entry point
 	// (false when the library's settings ask for what decide omits).
 	direct bool
+	// limits caches the configuration's limit per descriptor for decide.
+	limits limitCache
 }
 
 // NewServer returns a Server with no configuration.

@@ -25,7 +25,8 @@ var microSpecs = []microSpec{
 	{"./internal/keys", "^BenchmarkCacheLookup$", "keys: hot-path key lookup (LRU hit)"},
 	{"./envoy/dataplane", "^(BenchmarkProxyPassthrough|BenchmarkProxyExtProc)$", "dataplane: a 1 KiB request through the proxy alone, and with the ext_proc round trips (in-process, parallel)"},
 	{"./internal/inprocgrpc", "^BenchmarkProcessExchange$", "inprocgrpc: one ext_proc stream of 5 request-headers exchanges, over loopback TCP gRPC and on the in-process channel"},
-	{"./e2e", "^BenchmarkGatewayChat$", "e2e: one chat completion at a time through the whole in-process gateway (data plane, extproc, rate limits, access log) to a fake that answers at once, with the in-process channel and with loopback gRPC"},
+	{"./ratelimit", "^BenchmarkShouldRateLimit$", "ratelimit: one admission call (requests and tokens descriptors), for a key on its tier's limits and for one with limits of its own"},
+	{"./e2e", "^(BenchmarkGatewayChat|BenchmarkGatewayStream)$", "e2e: one chat completion at a time through the whole in-process gateway (data plane, extproc, rate limits, access log) to a fake that answers at once, with the in-process channel and with loopback gRPC (cpu-ns/op: the process's CPU time per request, client and fake included); and one 256-chunk stream at a time, each chunk relayed on its own (allocs/chunk: heap allocations per relayed SSE chunk)"},
 }
 
 type microResult struct {
@@ -34,6 +35,8 @@ type microResult struct {
 	MBs         float64
 	BOp, Allocs float64
 	Messages    float64 // the "messages" metric, when the benchmark reports it
+	CPUNsOp     float64 // the "cpu-ns/op" metric (process CPU time per op)
+	AllocsChunk float64 // the "allocs/chunk" metric (-1: not reported)
 	Iter        int64
 }
 
@@ -78,7 +81,7 @@ func parseBench(pkg, out string) []microResult {
 		if err != nil {
 			continue
 		}
-		r := microResult{Pkg: pkg, Name: trimProcs(f[0]), Iter: it}
+		r := microResult{Pkg: pkg, Name: trimProcs(f[0]), Iter: it, AllocsChunk: -1}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
@@ -95,6 +98,10 @@ func parseBench(pkg, out string) []microResult {
 				r.Allocs = v
 			case "messages":
 				r.Messages = v
+			case "cpu-ns/op":
+				r.CPUNsOp = v
+			case "allocs/chunk":
+				r.AllocsChunk = v
 			}
 		}
 		res = append(res, r)

@@ -223,6 +223,13 @@ func (r *report) write() error {
 	now := r.figures()
 	regs := compareFigures(before, now)
 	writeRegressions(w, before, regs)
+	// The hand-written notes of the previous report (what was changed and
+	// measured between runs) are carried over as they are.
+	if prev, err := os.ReadFile(o.out); err == nil {
+		if notes := handNotes(string(prev)); notes != "" {
+			w("%s\n\n", notes)
+		}
+	}
 	r.writeProfiles(w)
 
 	w("## Switchyard configuration used\n\n```yaml\n%s```\n", r.syConfig)
@@ -251,6 +258,25 @@ func (r *report) write() error {
 	}
 	logf("wrote %s, %s and %s", o.out, o.svg, figuresPath(o.out))
 	return nil
+}
+
+// Markers around the hand-written part of the report.
+const (
+	notesBegin = "<!-- hand-written notes: kept by make bench -->"
+	notesEnd   = "<!-- end of hand-written notes -->"
+)
+
+// handNotes returns the hand-written part of a report, markers included.
+func handNotes(doc string) string {
+	i := strings.Index(doc, notesBegin)
+	if i < 0 {
+		return ""
+	}
+	j := strings.Index(doc[i:], notesEnd)
+	if j < 0 {
+		return ""
+	}
+	return doc[i : i+j+len(notesEnd)]
 }
 
 func mdEscape(s string) string {
@@ -395,7 +421,7 @@ func (r *report) writeMicro(w func(string, ...any)) {
 	for _, s := range microSpecs {
 		w("- `%s`: %s\n", s.pkg, s.what)
 	}
-	w("\n| package | benchmark | ns/op | µs/op | MB/s | B/op | allocs/op | messages in body |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	w("\n| package | benchmark | ns/op | µs/op | MB/s | B/op | allocs/op | messages in body | CPU µs/op | allocs/chunk |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, m := range r.micro {
 		mbs := "—"
 		if m.MBs > 0 {
@@ -405,7 +431,14 @@ func (r *report) writeMicro(w func(string, ...any)) {
 		if m.Messages > 0 {
 			msgs = fmt.Sprintf("%.0f", m.Messages)
 		}
-		w("| %s | %s | %.0f | %.2f | %s | %.0f | %.0f | %s |\n", m.Pkg, m.Name, m.NsOp, m.NsOp/1e3, mbs, m.BOp, m.Allocs, msgs)
+		cpu, chunk := "—", "—"
+		if m.CPUNsOp > 0 {
+			cpu = fmt.Sprintf("%.1f", m.CPUNsOp/1e3)
+		}
+		if m.AllocsChunk >= 0 {
+			chunk = fmt.Sprintf("%.2f", m.AllocsChunk)
+		}
+		w("| %s | %s | %.0f | %.2f | %s | %.0f | %.0f | %s | %s | %s |\n", m.Pkg, m.Name, m.NsOp, m.NsOp/1e3, mbs, m.BOp, m.Allocs, msgs, cpu, chunk)
 	}
 	for _, f := range r.microFailures {
 		w("\n**Failed:** %s\n", mdEscape(f))

@@ -169,3 +169,15 @@ func TestFiguresRoundTrip(t *testing.T) {
 		t.Errorf("a run compared with itself flagged %v", regs)
 	}
 }
+
+func TestHandNotes(t *testing.T) {
+	doc := "# Benchmarks\n\n## Compared\n\n" + notesBegin + "\n## Notes\n\nwhat changed\n" + notesEnd + "\n\n## CPU profiles\n"
+	if got, want := handNotes(doc), notesBegin+"\n## Notes\n\nwhat changed\n"+notesEnd; got != want {
+		t.Errorf("handNotes = %q, want %q", got, want)
+	}
+	for _, d := range []string{"# Benchmarks\n", notesBegin + "\nunterminated"} {
+		if got := handNotes(d); got != "" {
+			t.Errorf("handNotes(%q) = %q, want none", d, got)
+		}
+	}
+}

@@ -659,7 +659,7 @@ func (u *upstreamStreamed) Read(b []byte) (int, error) {
 		}
 		chunk := u.buf[:n]
 		if !u.p.done() && (n > 0 || u.eos) {
-			common, imm, err := u.p.call(u.ctx, bodyRequest(chunk, u.eos, true), kindResponseBody)
+			common, imm, err := u.p.call(u.ctx, u.p.chunkRequest(chunk, u.eos, true), kindResponseBody)
 			switch {
 			case imm != nil:
 				return 0, errUpstreamImmediate

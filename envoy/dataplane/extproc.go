@@ -233,6 +233,28 @@ type processor struct {
 	// parent's span (tracing.go).
 	tracer trace.Tracer
 	parent context.Context
+
+	// Reused for every message of the stream, so that a streamed body's
+	// chunks cost no allocation here: the message timer (timedOut says it
+	// fired for the message in flight), the chunk message and the reply.
+	// A sender may reuse a message once Send returns (gRPC has serialised
+	// it; the in-process channel has copied it), and a reply is used only
+	// until the next message is sent.
+	// The two directions have a message each: their bodies may stream at
+	// the same time (exchanges take turns under mu, building them does not).
+	timer     *time.Timer
+	timedOut  atomic.Bool
+	reqChunk  *bodyChunk
+	respChunk *bodyChunk
+	reply     *extprocv3.ProcessingResponse
+}
+
+// bodyChunk is a body message and its parts, allocated together.
+type bodyChunk struct {
+	msg  extprocv3.ProcessingRequest
+	req  extprocv3.ProcessingRequest_RequestBody
+	resp extprocv3.ProcessingRequest_ResponseBody
+	body extprocv3.HttpBody
 }
 
 // requestMetadata is a request's dynamic metadata, keyed by namespace.
@@ -366,19 +388,29 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 	if span := p.traceExchange(req); span != nil {
 		defer span.End()
 	}
-	stream, cancel := p.stream, p.cancel
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(p.f.messageTimeout, func() {
-		timedOut.Store(true)
-		cancel()
-	})
+	stream := p.stream
+	p.timedOut.Store(false)
+	if p.timer == nil {
+		// The stream is opened once per request, so its cancel is fixed.
+		cancel := p.cancel
+		p.timer = time.AfterFunc(p.f.messageTimeout, func() {
+			p.timedOut.Store(true)
+			cancel()
+		})
+	} else {
+		p.timer.Reset(p.f.messageTimeout)
+	}
+	timer := p.timer
 	defer timer.Stop()
 	// A failed Send carries no status; Recv reports the stream's real error.
 	_ = stream.Send(req)
 	extended := false
+	if p.reply == nil {
+		p.reply = new(extprocv3.ProcessingResponse)
+	}
 	for {
-		resp, err := stream.Recv()
-		if timedOut.Load() {
+		resp, err := p.reply, stream.RecvMsg(p.reply)
+		if p.timedOut.Load() {
 			return nil, p.failLocked(&failure{status: 504, code: "ext_proc_message_timeout",
 				msg: "The request timed out in the gateway."})
 		}
@@ -508,6 +540,27 @@ func (p *processor) headersRequest(h headerMap, endOfStream, response bool) *ext
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
 	}
 	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
+}
+
+// chunkRequest is bodyRequest for the chunks of a streamed body: one
+// message, reused for every chunk of the request.
+func (p *processor) chunkRequest(body []byte, endOfStream, response bool) *extprocv3.ProcessingRequest {
+	c := &p.reqChunk
+	if response {
+		c = &p.respChunk
+	}
+	if *c == nil {
+		*c = new(bodyChunk)
+		(*c).req.RequestBody = &(*c).body
+		(*c).resp.ResponseBody = &(*c).body
+		if response {
+			(*c).msg.Request = &(*c).resp
+		} else {
+			(*c).msg.Request = &(*c).req
+		}
+	}
+	(*c).body.Body, (*c).body.EndOfStream = body, endOfStream
+	return &(*c).msg
 }
 
 func bodyRequest(body []byte, endOfStream, response bool) *extprocv3.ProcessingRequest {

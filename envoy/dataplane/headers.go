@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
@@ -126,14 +127,68 @@ func (h headerMap) proto() *corev3.HeaderMap {
 // without hop-by-hop headers, which never cross the proxy.
 func (h headerMap) httpHeader() http.Header {
 	out := make(http.Header, len(h))
+	h.addTo(out)
+	return out
+}
+
+// addTo adds the map's headers but pseudo-headers and hop-by-hop headers to
+// out, under canonical names. The values of names out does not have yet
+// share one block (each slice capped at its length, so that appending to
+// one never writes over another).
+func (h headerMap) addTo(out http.Header) {
+	var block []string
 	for _, f := range h {
 		if strings.HasPrefix(f.key, ":") || isHopByHop(f.key, f.value) {
 			continue
 		}
-		k := textproto.CanonicalMIMEHeaderKey(f.key)
-		out[k] = append(out[k], f.value)
+		k := canonicalKey(f.key)
+		if cur, ok := out[k]; ok {
+			out[k] = append(cur, f.value)
+			continue
+		}
+		if block == nil {
+			block = make([]string, 0, len(h))
+		}
+		block = append(block, f.value)
+		n := len(block)
+		out[k] = block[n-1 : n : n]
 	}
-	return out
+}
+
+// canonicalKeys caches textproto.CanonicalMIMEHeaderKey's answers that
+// cost it an allocation: lower-case names outside net/textproto's own table
+// of common headers (x-ratelimit-*, x-request-id and the like), which every
+// response and upstream request carries. It keeps the first
+// maxCanonicalKeys such names and stops growing there: names come from
+// clients and upstreams.
+var canonicalKeys struct {
+	sync.RWMutex
+	m map[string]string
+}
+
+const maxCanonicalKeys = 1024
+
+func canonicalKey(k string) string {
+	canonicalKeys.RLock()
+	c, ok := canonicalKeys.m[k]
+	canonicalKeys.RUnlock()
+	if ok {
+		return c
+	}
+	c = textproto.CanonicalMIMEHeaderKey(k)
+	if c == k {
+		return c // already canonical, or not a valid name: no allocation
+	}
+	canonicalKeys.Lock()
+	if canonicalKeys.m == nil {
+		canonicalKeys.m = make(map[string]string)
+	}
+	if len(canonicalKeys.m) < maxCanonicalKeys {
+		// A copy: k may share memory with a much larger buffer.
+		canonicalKeys.m[strings.Clone(k)] = c
+	}
+	canonicalKeys.Unlock()
+	return c
 }
 
 // appendHTTPHeader appends hdr to h with lower-case keys in a stable

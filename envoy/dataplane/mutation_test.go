@@ -2,6 +2,8 @@ package dataplane
 
 import (
 	"errors"
+	"net/http"
+	"net/textproto"
 	"reflect"
 	"testing"
 
@@ -108,5 +110,37 @@ func TestApplyHeaderOptions(t *testing.T) {
 	want := headerMap{{"a", "1"}, {"a", "2"}, {"b", "3"}, {"c", "4"}}
 	if !reflect.DeepEqual(h, want) {
 		t.Errorf("got %v, want %v", h, want)
+	}
+}
+
+// TestHeaderMapAddTo: headers reach an http.Header under the names
+// textproto gives them (cached or not), values of one name in order, and
+// appending to one name's values never changes another's.
+func TestHeaderMapAddTo(t *testing.T) {
+	h := headerMap{{":status", "200"}, {"x-ratelimit-limit-requests", "60"}, {"content-type", "application/json"},
+		{"x-ratelimit-limit-requests", "61"}, {"X-Already-Canonical", "a"}, {"x-odd name", "b"}, {"connection", "close"},
+		{"x-request-id", "r"}}
+	for round := range 2 { // the second round answers from the cache
+		out := http.Header{"X-Request-Id": {"earlier"}}
+		h.addTo(out)
+		want := http.Header{
+			"X-Ratelimit-Limit-Requests": {"60", "61"},
+			"Content-Type":               {"application/json"},
+			"X-Already-Canonical":        {"a"},
+			"x-odd name":                 {"b"},
+			"X-Request-Id":               {"earlier", "r"},
+		}
+		if !reflect.DeepEqual(out, want) {
+			t.Fatalf("round %d: %v, want %v", round, out, want)
+		}
+		out["Content-Type"] = append(out["Content-Type"], "text/plain")
+		if got := out.Values("X-Already-Canonical"); len(got) != 1 || got[0] != "a" {
+			t.Errorf("round %d: appending to one header changed another: %v", round, got)
+		}
+	}
+	for k, v := range map[string]string{"x-ratelimit-limit-requests": "X-Ratelimit-Limit-Requests", "x-odd name": "x-odd name"} {
+		if got := canonicalKey(k); got != textproto.CanonicalMIMEHeaderKey(k) || got != v {
+			t.Errorf("canonicalKey(%q) = %q, want %q", k, got, v)
+		}
 	}
 }

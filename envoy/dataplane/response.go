@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/textproto"
 	"slices"
 	"sort"
 	"strconv"
@@ -168,7 +167,7 @@ func (s *requestState) encodeStreamed(p *processor, resp *response) {
 		}
 		chunk := (*bufp)[:n]
 		if !p.done() && (n > 0 || eos) {
-			common, imm, err := p.call(s.r.Context(), bodyRequest(chunk, eos, true), kindResponseBody)
+			common, imm, err := p.call(s.r.Context(), p.chunkRequest(chunk, eos, true), kindResponseBody)
 			switch {
 			case imm != nil:
 				// Response bytes are on the wire: Envoy can only reset.
@@ -268,13 +267,7 @@ func (s *requestState) writeHeaders(h headerMap) {
 		status = http.StatusBadGateway
 	}
 	out := s.w.Header()
-	for _, f := range h {
-		if strings.HasPrefix(f.key, ":") || isHopByHop(f.key, f.value) {
-			continue
-		}
-		k := textproto.CanonicalMIMEHeaderKey(f.key)
-		out[k] = append(out[k], f.value)
-	}
+	h.addTo(out)
 	hcm := s.lis.hcm
 	switch hcm.serverTransform {
 	case serverOverwrite:

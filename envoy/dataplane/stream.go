@@ -441,7 +441,7 @@ func (s *requestState) decodeStreamed(p *processor) upstreamBody {
 			}
 			chunk := (*bufp)[:n]
 			if !p.done() && (n > 0 || eos) {
-				common, imm, err := p.call(ctx, bodyRequest(chunk, eos, false), kindRequestBody)
+				common, imm, err := p.call(ctx, p.chunkRequest(chunk, eos, false), kindRequestBody)
 				switch {
 				case imm != nil:
 					s.setAsyncFailure(func() { s.sendImmediate(imm) })

@@ -279,7 +279,12 @@ func copyMessage(dst, src any, limit int) error {
 	if !ok {
 		return status.Errorf(codes.Internal, "inprocgrpc: messages must be protocol buffers, got %T", src)
 	}
-	return transfer(dst, s, limit, proto.Merge)
+	return transfer(dst, s, limit, func(d, s proto.Message) {
+		if c, ok := fastClone(s, nil); ok && moveFast(d, c) {
+			return
+		}
+		proto.Merge(d, s)
+	})
 }
 
 // moveMessage moves src, which nothing else references (the clone a
@@ -288,6 +293,9 @@ func copyMessage(dst, src any, limit int) error {
 // deep-copied once on its way, not twice.
 func moveMessage(dst any, src proto.Message, limit int) error {
 	return transfer(dst, src, limit, func(d, s proto.Message) {
+		if moveFast(d, s) {
+			return
+		}
 		dm := d.ProtoReflect()
 		sm := s.ProtoReflect()
 		sm.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {

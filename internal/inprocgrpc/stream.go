@@ -24,6 +24,8 @@ type stream struct {
 	serverMaxRecv int
 
 	toServer, toClient *queue
+	// Memory for the copies each direction's sender makes (copy.go).
+	toServerArena, toClientArena arena
 
 	mu         sync.Mutex
 	header     metadata.MD
@@ -115,7 +117,7 @@ func (c *clientStream) SendMsg(m any) error {
 			return io.EOF
 		}
 	}
-	if !st.toServer.push(proto.Clone(pm)) {
+	if !st.toServer.push(cloneMessage(pm, &st.toServerArena)) {
 		return io.EOF
 	}
 	return nil
@@ -182,7 +184,7 @@ func (s *serverStream) SendMsg(m any) error {
 		return status.Errorf(codes.Internal, "inprocgrpc: messages must be protocol buffers, got %T", m)
 	}
 	st.sendHeader(nil)
-	if !st.toClient.push(proto.Clone(pm)) {
+	if !st.toClient.push(cloneMessage(pm, &st.toClientArena)) {
 		return status.Error(codes.Canceled, "the call has ended")
 	}
 	return nil
