@@ -6,11 +6,15 @@ package responses
 // from the client: a client that hangs up, or never streamed, loses nothing.
 //
 //   - A run records its progress with BackgroundStore.Advance, each write
-//     conditional on its lease. One terminal Advance (or one Cancel) ends
-//     it; the Response is then put in the responses Store like a foreground
-//     one, and the run marked Stored. A runner that dies between the two
-//     leaves the run ended but not Stored: the next claim stores it.
-//   - If the runner dies (or loses its lease) before the end, another
+//     conditional on its lease. At its end the runner first puts the final
+//     Response in the responses Store, as a foreground one is stored, then
+//     ends the run. The insert of the id is the arbiter: a cancel stores its
+//     cancelled Response the same way, and whichever is first has ended the
+//     run; the other stops. A runner that dies between the two leaves a
+//     stored Response and an unfinished run: the next claim ends the run
+//     from the stored Response (and, when streamed, records its terminal
+//     event), without running it again.
+//   - If the runner dies (or loses its lease) before storing, another
 //     replica (or this one, restarted) claims the run once the lease has
 //     expired and runs it again from the start: the model is asked again
 //     (those tokens are charged again), and a stream continues its sequence
@@ -23,10 +27,12 @@ package responses
 //     recorded (this replica's at once, others' within PollInterval).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -473,7 +479,8 @@ func (b *background) advance(ctx context.Context, id string, a Advance) bool {
 	return ok
 }
 
-// exec executes run (one attempt), or stores it when it had ended.
+// exec executes row (one attempt). A run whose Response is already stored
+// (its runner died between storing it and ending the run) is only ended.
 func (b *background) exec(ctx context.Context, row BackgroundRun) {
 	log := b.s.log
 	o, err := b.open(row)
@@ -481,8 +488,11 @@ func (b *background) exec(ctx context.Context, row BackgroundRun) {
 		log.Error("responses: background run unreadable", "response", row.ID, "err", err)
 		return
 	}
-	if terminalStatus(row.Status) {
-		b.persist(ctx, row, o.snapshot, o.input)
+	if body, err := b.s.store.body(ctx, row.Owner, row.ID, b.s.now()); err == nil {
+		b.endStored(ctx, row, o, body)
+		return
+	} else if !errors.Is(err, ErrNotFound) {
+		log.Warn("responses: background run: reading the stored response failed", "response", row.ID, "err", err)
 		return
 	}
 	req, aerr := parseCreate(o.request, b.s.newID, true)
@@ -524,14 +534,13 @@ func (b *background) exec(ctx context.Context, row BackgroundRun) {
 		log.Info("responses: background run stopped here", "response", row.ID)
 		return
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		if ru.obj.Status == "in_progress" {
 			ru.obj.Status = "completed"
 			t := b.s.now().Unix()
 			ru.obj.CompletedAt = &t
 		}
-	default:
+	} else {
 		ru.closeOpen("incomplete")
 		ru.obj.Status = "failed"
 		ru.obj.Error = failure(err)
@@ -540,25 +549,57 @@ func (b *background) exec(ctx context.Context, row BackgroundRun) {
 	u := ru.usage
 	ru.obj.Usage = &u
 	out := ru.obj.marshal()
-	terminal := "response.completed"
-	switch ru.obj.Status {
-	case "incomplete":
-		terminal = "response.incomplete"
-	case "failed":
-		terminal = "response.failed"
+	// Stored first: the one insert of the id decides between this runner,
+	// a cancel and a runner that lost its lease; and a client that sees
+	// the run ended can continue from it at once.
+	if !b.storeResponse(ctx, row, out, o.input) {
+		return
 	}
-	ru.emitResponse(terminal)
+	ru.emitResponse(terminalEvent(ru.obj.Status))
 	if !b.advance(ctx, row.ID, Advance{Status: ru.obj.Status, Snapshot: o.dk.Seal(bgFieldSnapshot, out), Events: rec.take()}) {
+		b.unlessGone(ctx, row)
 		return
 	}
 	log.Debug("responses: background response finished", "response", row.ID, "status", ru.obj.Status,
 		"items", len(ru.obj.Output), "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
-	b.persist(ctx, row, out, o.input)
 }
 
-// persist puts the ended run's Response in the responses Store (once: a
-// copy already there is the same Response) and marks the run Stored.
-func (b *background) persist(ctx context.Context, run BackgroundRun, snapshot, input []byte) {
+func terminalEvent(status string) string {
+	switch status {
+	case "incomplete":
+		return "response.incomplete"
+	case "failed":
+		return "response.failed"
+	}
+	return "response.completed"
+}
+
+// endStored ends a run whose Response is stored (by a runner that died
+// before ending it, or lost its lease): the stored Response is its final
+// state, and a streamed run's terminal event.
+func (b *background) endStored(ctx context.Context, row BackgroundRun, o *opened, body []byte) {
+	status := gjson.GetBytes(body, "status").Str
+	a := Advance{Status: status, Snapshot: o.dk.Seal(bgFieldSnapshot, body)}
+	if row.Stream && status != "cancelled" {
+		rec := newEventLog(o.dk, row.NextSeq)
+		ev := newEventWriter(rec)
+		ev.started, ev.seq = true, row.NextSeq
+		ev.send(terminalEvent(status), func(d []byte) []byte {
+			d = append(d, `"response":`...)
+			d = append(d, body...)
+			return append(d, ',')
+		})
+		a.Events = rec.take()
+	}
+	if b.advance(ctx, row.ID, a) {
+		b.s.log.Info("responses: background run ended from its stored response", "response", row.ID, "status", status)
+	}
+}
+
+// storeResponse puts the ended run's Response in the responses Store;
+// false when it could not, or another (a cancel, another runner) stored
+// the run's Response first.
+func (b *background) storeResponse(ctx context.Context, run BackgroundRun, snapshot, input []byte) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	var prev string
@@ -571,16 +612,24 @@ func (b *background) persist(ctx context.Context, run BackgroundRun, snapshot, i
 	}
 	err := b.s.store.put(ctx, &stored{ID: run.ID, Owner: run.Owner, PreviousID: prev,
 		CreatedAt: run.CreatedAt, ExpiresAt: run.CreatedAt.Add(Retention), Body: snapshot, Input: input, Output: output})
-	if err != nil {
-		if _, gerr := b.s.store.body(ctx, run.Owner, run.ID, b.s.now()); gerr != nil {
-			b.s.log.Error("responses: storing a background response failed", "response", run.ID, "err", err)
-			return // the run stays unstored: the next claim tries again
-		}
+	if err == nil {
+		return true
 	}
-	if err := b.store.MarkStored(ctx, run.ID); err != nil {
-		b.s.log.Warn("responses: marking a background response stored failed", "response", run.ID, "err", err)
+	if _, gerr := b.s.store.body(ctx, run.Owner, run.ID, b.s.now()); gerr == nil {
+		b.s.log.Info("responses: background response was stored by another; not storing this one", "response", run.ID)
+	} else {
+		b.s.log.Error("responses: storing a background response failed", "response", run.ID, "err", err)
 	}
-	b.broadcast()
+	return false
+}
+
+// unlessGone deletes the Response just stored for row if row was deleted
+// meanwhile: a delete must not be undone by a run finishing after it.
+func (b *background) unlessGone(ctx context.Context, row BackgroundRun) {
+	ctx = context.WithoutCancel(ctx)
+	if _, err := b.store.Get(ctx, row.Owner, row.ID); errors.Is(err, ErrNotFound) {
+		_ = b.s.store.delete(ctx, row.Owner, row.ID, b.s.now())
+	}
 }
 
 // splitItems is a JSON array's elements.
@@ -742,26 +791,15 @@ func writeErrorEvent(w http.ResponseWriter, seq int64, code, msg string) {
 }
 
 // getBackground answers GET /v1/responses/{id} for a background response
-// not yet stored (its state as it stands), and every GET with stream=true;
-// false leaves the request to the stored responses.
+// not yet ended (its state as it stands), and every GET with stream=true;
+// false leaves the request to the stored responses. stream and
+// starting_after are query parameters, as OpenAI documents them, or members
+// of a JSON body, where openai-go's GetStreaming puts stream.
 func (s *Service) getBackground(w http.ResponseWriter, r *http.Request, owner, id string) bool {
-	q := r.URL.Query()
-	stream := false
-	if v := q.Get("stream"); v != "" {
-		var err error
-		if stream, err = strconv.ParseBool(v); err != nil {
-			apierror.InvalidParam("stream", "Invalid 'stream': expected a boolean, but got '%s'.", v).Write(w)
-			return true
-		}
-	}
-	after := int64(-1)
-	if v := q.Get("starting_after"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < -1 {
-			apierror.InvalidParam("starting_after", "Invalid 'starting_after': expected a sequence number (an integer >= 0), but got '%s'.", v).Write(w)
-			return true
-		}
-		after = n
+	stream, after, aerr := streamParams(w, r)
+	if aerr != nil {
+		aerr.Write(w)
+		return true
 	}
 	var run BackgroundRun
 	err := ErrNotFound
@@ -790,8 +828,8 @@ func (s *Service) getBackground(w http.ResponseWriter, r *http.Request, owner, i
 		}
 		return true
 	}
-	if !found || run.Stored {
-		return false
+	if !found || terminalStatus(run.Status) {
+		return false // ended: stored
 	}
 	o, err := s.bg.open(run)
 	if err != nil {
@@ -800,6 +838,48 @@ func (s *Service) getBackground(w http.ResponseWriter, r *http.Request, owner, i
 	}
 	writeJSON(w, http.StatusOK, o.snapshot)
 	return true
+}
+
+// maxGetBody bounds the JSON body a GET may carry.
+const maxGetBody = 64 << 10
+
+// streamParams reads stream and starting_after (-1: from the start).
+func streamParams(w http.ResponseWriter, r *http.Request) (stream bool, after int64, aerr *apierror.Error) {
+	after = -1
+	q := r.URL.Query()
+	streamV, afterV := q.Get("stream"), q.Get("starting_after")
+	if r.Body != nil && r.ContentLength != 0 {
+		b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxGetBody))
+		if err != nil {
+			return false, 0, apierror.TooLarge(maxGetBody)
+		}
+		if len(bytes.TrimSpace(b)) > 0 {
+			root := gjson.ParseBytes(b)
+			if !gjson.ValidBytes(b) || !root.IsObject() {
+				return false, 0, apierror.InvalidJSON()
+			}
+			if v := root.Get("stream"); v.Exists() && streamV == "" {
+				streamV = v.Raw
+			}
+			if v := root.Get("starting_after"); v.Exists() && afterV == "" {
+				afterV = v.Raw
+			}
+		}
+	}
+	if streamV != "" {
+		var err error
+		if stream, err = strconv.ParseBool(streamV); err != nil {
+			return false, 0, apierror.InvalidParam("stream", "Invalid 'stream': expected a boolean, but got '%s'.", streamV)
+		}
+	}
+	if afterV != "" {
+		n, err := strconv.ParseInt(afterV, 10, 64)
+		if err != nil || n < -1 {
+			return false, 0, apierror.InvalidParam("starting_after", "Invalid 'starting_after': expected a sequence number (an integer >= 0), but got '%s'.", afterV)
+		}
+		after = n
+	}
+	return stream, after, nil
 }
 
 // cancel answers POST /v1/responses/{id}/cancel: a queued or in-progress
@@ -813,32 +893,17 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request, owner, id strin
 	if s.bg != nil {
 		run, err = s.bg.store.Get(ctx, owner, id)
 	}
-	if errors.Is(err, ErrNotFound) {
-		// No run (never one, or swept): the stored Response says.
-		body, err := s.store.body(ctx, owner, id, s.now())
-		switch {
-		case errors.Is(err, ErrNotFound):
-			notFound(id).Write(w)
-		case err != nil:
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		s.internal(w, "cancel", err)
+		return
+	}
+	if err == nil && !terminalStatus(run.Status) {
+		b := s.bg
+		o, err := b.open(run)
+		if err != nil {
 			s.internal(w, "cancel", err)
-		case gjson.GetBytes(body, "background").Bool():
-			writeJSON(w, http.StatusOK, body)
-		default:
-			apierror.InvalidParam("response_id", "Only responses created with background=true can be cancelled, and response '%s' was not.", id).Write(w)
+			return
 		}
-		return
-	}
-	if err != nil {
-		s.internal(w, "cancel", err)
-		return
-	}
-	b := s.bg
-	o, err := b.open(run)
-	if err != nil {
-		s.internal(w, "cancel", err)
-		return
-	}
-	if !terminalStatus(run.Status) {
 		var obj responseObject
 		if err := json.Unmarshal(o.snapshot, &obj); err != nil {
 			s.internal(w, "cancel", err)
@@ -846,34 +911,33 @@ func (s *Service) cancel(w http.ResponseWriter, r *http.Request, owner, id strin
 		}
 		obj.Status = "cancelled"
 		snap := obj.marshal()
-		ok, err := b.store.Cancel(ctx, owner, id, o.dk.Seal(bgFieldSnapshot, snap))
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			s.internal(w, "cancel", err)
-			return
-		}
-		if ok {
+		// Stored first, as a runner stores its end: whichever stores the
+		// id first has ended the run.
+		if b.storeResponse(ctx, run, snap, o.input) {
+			if _, err := b.store.Cancel(ctx, owner, id, o.dk.Seal(bgFieldSnapshot, snap)); err != nil && !errors.Is(err, ErrNotFound) {
+				// The runner sees the stored Response when it tries to
+				// store its own, and stops; a taker ends the run from it.
+				s.log.Warn("responses: marking a background run cancelled failed", "response", id, "err", err)
+			}
 			b.interrupt(id)
 			b.broadcast()
 			s.log.Info("responses: background response cancelled", "response", id)
-			run.Status = "cancelled"
-			b.persist(ctx, run, snap, o.input)
 			writeJSON(w, http.StatusOK, snap)
 			return
 		}
-		// It ended (or was deleted) meanwhile: answer as it is now.
-		if run, err = b.store.Get(ctx, owner, id); err == nil {
-			o, err = b.open(run)
-		}
-		if errors.Is(err, ErrNotFound) {
-			notFound(id).Write(w)
-			return
-		}
-		if err != nil {
-			s.internal(w, "cancel", err)
-			return
-		}
 	}
-	writeJSON(w, http.StatusOK, o.snapshot)
+	// Ended (or never a run, or swept): the stored Response says.
+	body, err := s.store.body(ctx, owner, id, s.now())
+	switch {
+	case errors.Is(err, ErrNotFound):
+		notFound(id).Write(w)
+	case err != nil:
+		s.internal(w, "cancel", err)
+	case gjson.GetBytes(body, "background").Bool():
+		writeJSON(w, http.StatusOK, body)
+	default:
+		apierror.InvalidParam("response_id", "Only responses created with background=true can be cancelled, and response '%s' was not.", id).Write(w)
+	}
 }
 
 // deleteBackground deletes owner's background run id, stopping it if it

@@ -24,7 +24,6 @@ var BackgroundPostgresMigrations = []string{
 		created_at  bigint NOT NULL,   -- Unix seconds
 		status      text NOT NULL,
 		stream      boolean NOT NULL,
-		stored      boolean NOT NULL DEFAULT false,
 		attempts    integer NOT NULL DEFAULT 0,
 		next_seq    bigint NOT NULL,
 		request     bytea NOT NULL,    -- sealed, as the snapshot and the rest
@@ -35,8 +34,9 @@ var BackgroundPostgresMigrations = []string{
 		lease_owner text NOT NULL DEFAULT '',
 		lease_until timestamptz
 	);
-	CREATE INDEX background_runs_claim ON background_runs (created_at, id) WHERE NOT stored;
+	CREATE INDEX background_runs_claim ON background_runs (created_at, id) WHERE status IN ('queued', 'in_progress');
 	CREATE INDEX background_runs_owner ON background_runs (owner) WHERE status IN ('queued', 'in_progress');
+	CREATE INDEX background_runs_ended ON background_runs (created_at) WHERE status NOT IN ('queued', 'in_progress');
 	CREATE TABLE background_events (
 		run_id text NOT NULL,
 		seq    bigint NOT NULL,
@@ -90,7 +90,7 @@ func (s *PostgresBackgroundStore) Create(ctx context.Context, r BackgroundRun, m
 		if n >= maxActive {
 			return ErrTooManyRuns
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO background_runs (`+bgRunColumns+`) VALUES ($1, $2, $3, $4, $5, false, 0, $6, $7, $8, $9, $10, $11)`,
+		if _, err := tx.Exec(ctx, `INSERT INTO background_runs (`+bgRunColumns+`) VALUES ($1, $2, $3, $4, $5, 0, $6, $7, $8, $9, $10, $11)`,
 			r.ID, r.Owner, r.CreatedAt.Unix(), r.Status, r.Stream, r.NextSeq, r.Request, r.Input, r.Messages, r.Snapshot, r.Key); err != nil {
 			return err
 		}
@@ -140,9 +140,9 @@ func (s *PostgresBackgroundStore) Get(ctx context.Context, owner, id string) (r 
 func (s *PostgresBackgroundStore) Claim(ctx context.Context, replica string, lease time.Duration) (BackgroundRun, bool, error) {
 	r, err := scanRun(s.pool.QueryRow(ctx, `UPDATE background_runs SET lease_owner = $1,
 			lease_until = now() + $2 * interval '1 microsecond',
-			attempts = attempts + CASE WHEN status IN ('queued', 'in_progress') THEN 1 ELSE 0 END
+			attempts = attempts + 1
 		WHERE id = (SELECT id FROM background_runs
-			WHERE NOT stored AND (lease_owner = '' OR lease_until < now())
+			WHERE status IN ('queued', 'in_progress') AND (lease_owner = '' OR lease_until < now())
 			ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 		RETURNING `+bgRunColumns, replica, lease.Microseconds()))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -220,18 +220,6 @@ func (s *PostgresBackgroundStore) Cancel(ctx context.Context, owner, id string, 
 	return false, nil
 }
 
-// MarkStored is BackgroundStore.MarkStored.
-func (s *PostgresBackgroundStore) MarkStored(ctx context.Context, id string) error {
-	err := pgdb.Retry(ctx, func() error {
-		_, err := s.pool.Exec(ctx, `UPDATE background_runs SET stored = true, lease_owner = '', lease_until = NULL WHERE id = $1`, id)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("responses: background mark stored %s: %w", id, err)
-	}
-	return nil
-}
-
 // Events is BackgroundStore.Events.
 func (s *PostgresBackgroundStore) Events(ctx context.Context, owner, id string, after int64, limit int) ([]Event, error) {
 	var out []Event
@@ -262,9 +250,9 @@ func (s *PostgresBackgroundStore) Events(ctx context.Context, owner, id string, 
 func (s *PostgresBackgroundStore) Release(ctx context.Context, id, replica string) error {
 	var err error
 	if id == "" {
-		_, err = s.pool.Exec(ctx, `UPDATE background_runs SET lease_owner = '', lease_until = NULL WHERE lease_owner = $1 AND NOT stored`, replica)
+		_, err = s.pool.Exec(ctx, `UPDATE background_runs SET lease_owner = '', lease_until = NULL WHERE lease_owner = $1`, replica)
 	} else {
-		_, err = s.pool.Exec(ctx, `UPDATE background_runs SET lease_owner = '', lease_until = NULL WHERE id = $1 AND lease_owner = $2 AND NOT stored`, id, replica)
+		_, err = s.pool.Exec(ctx, `UPDATE background_runs SET lease_owner = '', lease_until = NULL WHERE id = $1 AND lease_owner = $2`, id, replica)
 	}
 	if err != nil {
 		return fmt.Errorf("responses: background release: %w", err)
@@ -297,7 +285,7 @@ func (s *PostgresBackgroundStore) Delete(ctx context.Context, owner, id string) 
 func (s *PostgresBackgroundStore) Sweep(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `DELETE FROM background_runs WHERE stored AND created_at < $1 RETURNING id`, before.Unix())
+		rows, err := tx.Query(ctx, `DELETE FROM background_runs WHERE status NOT IN ('queued', 'in_progress') AND created_at < $1 RETURNING id`, before.Unix())
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,6 @@ var backgroundSQLiteMigrations = []string{
 		created_at  INTEGER NOT NULL,          -- Unix seconds
 		status      TEXT NOT NULL,
 		stream      INTEGER NOT NULL,
-		stored      INTEGER NOT NULL DEFAULT 0,
 		attempts    INTEGER NOT NULL DEFAULT 0,
 		next_seq    INTEGER NOT NULL,
 		request     BLOB NOT NULL,             -- sealed, as the snapshot and the rest
@@ -37,7 +36,7 @@ var backgroundSQLiteMigrations = []string{
 		lease_owner TEXT NOT NULL DEFAULT '',
 		lease_until INTEGER NOT NULL DEFAULT 0
 	) STRICT;
-	CREATE INDEX background_runs_claim ON background_runs (stored, created_at);
+	CREATE INDEX background_runs_claim ON background_runs (created_at, id) WHERE status IN ('queued', 'in_progress');
 	CREATE INDEX background_runs_owner ON background_runs (owner, status);
 	CREATE TABLE background_events (
 		run_id TEXT NOT NULL,
@@ -79,14 +78,14 @@ func OpenSQLiteBackgroundStore(ctx context.Context, dataDir string) (*SQLiteBack
 // Close closes the database.
 func (s *SQLiteBackgroundStore) Close() error { return s.db.Close() }
 
-const bgRunColumns = `id, owner, created_at, status, stream, stored, attempts, next_seq, request, input, messages, snapshot, data_key`
+const bgRunColumns = `id, owner, created_at, status, stream, attempts, next_seq, request, input, messages, snapshot, data_key`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanRun(row scanner) (BackgroundRun, error) {
 	var r BackgroundRun
 	var created int64
-	err := row.Scan(&r.ID, &r.Owner, &created, &r.Status, &r.Stream, &r.Stored, &r.Attempts, &r.NextSeq,
+	err := row.Scan(&r.ID, &r.Owner, &created, &r.Status, &r.Stream, &r.Attempts, &r.NextSeq,
 		&r.Request, &r.Input, &r.Messages, &r.Snapshot, &r.Key)
 	r.CreatedAt = time.Unix(created, 0)
 	return r, err
@@ -107,7 +106,7 @@ func (s *SQLiteBackgroundStore) Create(ctx context.Context, r BackgroundRun, max
 	if n >= maxActive {
 		return ErrTooManyRuns
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO background_runs (`+bgRunColumns+`) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?, ?)`,
+	if _, err := tx.ExecContext(ctx, `INSERT INTO background_runs (`+bgRunColumns+`) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.Owner, r.CreatedAt.Unix(), r.Status, r.Stream, r.NextSeq, r.Request, r.Input, r.Messages, r.Snapshot, r.Key); err != nil {
 		return fmt.Errorf("responses: background create %s: %w", r.ID, err)
 	}
@@ -159,16 +158,14 @@ func (s *SQLiteBackgroundStore) Claim(ctx context.Context, replica string, lease
 	defer tx.Rollback()
 	now := s.now()
 	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+bgRunColumns+` FROM background_runs
-		WHERE stored = 0 AND (lease_owner = '' OR lease_until < ?) ORDER BY created_at, id LIMIT 1`, now.UnixMilli()))
+		WHERE status IN ('queued', 'in_progress') AND (lease_owner = '' OR lease_until < ?) ORDER BY created_at, id LIMIT 1`, now.UnixMilli()))
 	if errors.Is(err, sql.ErrNoRows) {
 		return BackgroundRun{}, false, nil
 	}
 	if err != nil {
 		return BackgroundRun{}, false, fmt.Errorf("responses: background claim: %w", err)
 	}
-	if !terminalStatus(r.Status) {
-		r.Attempts++
-	}
+	r.Attempts++
 	if _, err := tx.ExecContext(ctx, `UPDATE background_runs SET lease_owner = ?, lease_until = ?, attempts = ? WHERE id = ?`,
 		replica, now.Add(lease).UnixMilli(), r.Attempts, r.ID); err != nil {
 		return BackgroundRun{}, false, fmt.Errorf("responses: background claim: %w", err)
@@ -270,14 +267,6 @@ func (s *SQLiteBackgroundStore) Cancel(ctx context.Context, owner, id string, sn
 	return true, nil
 }
 
-// MarkStored is BackgroundStore.MarkStored.
-func (s *SQLiteBackgroundStore) MarkStored(ctx context.Context, id string) error {
-	if _, err := s.db.ExecContext(ctx, `UPDATE background_runs SET stored = 1, lease_owner = '', lease_until = 0 WHERE id = ?`, id); err != nil {
-		return fmt.Errorf("responses: background mark stored %s: %w", id, err)
-	}
-	return nil
-}
-
 // Events is BackgroundStore.Events.
 func (s *SQLiteBackgroundStore) Events(ctx context.Context, owner, id string, after int64, limit int) ([]Event, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT e.seq, e.data FROM background_events e JOIN background_runs r ON r.id = e.run_id
@@ -302,7 +291,7 @@ func (s *SQLiteBackgroundStore) Events(ctx context.Context, owner, id string, af
 
 // Release is BackgroundStore.Release.
 func (s *SQLiteBackgroundStore) Release(ctx context.Context, id, replica string) error {
-	q, args := `UPDATE background_runs SET lease_owner = '', lease_until = 0 WHERE lease_owner = ? AND stored = 0`, []any{replica}
+	q, args := `UPDATE background_runs SET lease_owner = '', lease_until = 0 WHERE lease_owner = ?`, []any{replica}
 	if id != "" {
 		q, args = q+` AND id = ?`, append(args, id)
 	}
@@ -347,10 +336,10 @@ func (s *SQLiteBackgroundStore) Sweep(ctx context.Context, before time.Time) (in
 	}
 	defer tx.Rollback()
 	if _, err := tx.ExecContext(ctx, `DELETE FROM background_events WHERE run_id IN
-		(SELECT id FROM background_runs WHERE stored = 1 AND created_at < ?)`, before.Unix()); err != nil {
+		(SELECT id FROM background_runs WHERE status NOT IN ('queued', 'in_progress') AND created_at < ?)`, before.Unix()); err != nil {
 		return 0, fmt.Errorf("responses: background sweep: %w", err)
 	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM background_runs WHERE stored = 1 AND created_at < ?`, before.Unix())
+	res, err := tx.ExecContext(ctx, `DELETE FROM background_runs WHERE status NOT IN ('queued', 'in_progress') AND created_at < ?`, before.Unix())
 	if err != nil {
 		return 0, fmt.Errorf("responses: background sweep: %w", err)
 	}

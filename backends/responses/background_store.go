@@ -17,8 +17,9 @@ import (
 //
 // A run is unfinished (queued, in_progress) until one Advance to a terminal
 // status (completed, incomplete, failed) or one Cancel ends it; exactly one
-// of them succeeds. Every write by a runner is conditional on its live lease,
-// so a replica that lost its lease (it paused past it, another took the run
+// of them succeeds, and the Service has stored the final Response before
+// either. Every write by a runner is conditional on its live lease, so a
+// replica that lost its lease (it paused past it, another took the run
 // over) cannot write into the run any more. Implementations are safe for
 // concurrent use.
 type BackgroundStore interface {
@@ -27,9 +28,8 @@ type BackgroundStore interface {
 	Create(ctx context.Context, r BackgroundRun, maxActive int) error
 	// Get returns owner's run id (its events left out), or ErrNotFound.
 	Get(ctx context.Context, owner, id string) (BackgroundRun, error)
-	// Claim leases to replica, for lease, the oldest run that needs a
-	// runner: unfinished without a live lease, or finished and not yet
-	// Stored (a runner died between the two). ok is false when there is
+	// Claim leases to replica, for lease, the oldest unfinished run
+	// without a live lease, counting an attempt. ok is false when there is
 	// none.
 	Claim(ctx context.Context, replica string, lease time.Duration) (r BackgroundRun, ok bool, err error)
 	// Renew extends replica's live lease on id; false when the lease is
@@ -44,9 +44,6 @@ type BackgroundStore interface {
 	// whoever holds its lease. false when it had already ended;
 	// ErrNotFound when there is no such run.
 	Cancel(ctx context.Context, owner, id string, snapshot []byte) (bool, error)
-	// MarkStored records that the ended run's Response is in the
-	// responses Store, and releases its lease.
-	MarkStored(ctx context.Context, id string) error
 	// Events returns up to limit events of owner's run id after sequence
 	// number after, in order.
 	Events(ctx context.Context, owner, id string, after int64, limit int) ([]Event, error)
@@ -56,8 +53,8 @@ type BackgroundStore interface {
 	// Delete deletes owner's run id and its events; ErrNotFound when
 	// there is none.
 	Delete(ctx context.Context, owner, id string) error
-	// Sweep deletes the runs (and their events) stored and created before
-	// before, and reports how many.
+	// Sweep deletes the ended runs created before before (and their
+	// events), and reports how many.
 	Sweep(ctx context.Context, before time.Time) (int64, error)
 	Close() error
 }
@@ -70,8 +67,6 @@ type BackgroundRun struct {
 	Status string
 	// Stream: the run records its events.
 	Stream bool
-	// Stored: the finished Response is in the responses Store.
-	Stored bool
 	// Attempts counts the claims of the run (1 on its first run).
 	Attempts int
 	// NextSeq is the sequence number of the next event.

@@ -23,7 +23,7 @@ func RunBackground(t *testing.T, open func(t *testing.T) responses.BackgroundSto
 		{"ClaimAndLease", testBgClaimAndLease},
 		{"Advance", testBgAdvance},
 		{"Cancel", testBgCancel},
-		{"StoredAndRelease", testBgStoredAndRelease},
+		{"EndedAndRelease", testBgEndedAndRelease},
 		{"DeleteAndSweep", testBgDeleteAndSweep},
 		{"ConcurrentClaims", testBgConcurrentClaims},
 	}
@@ -97,7 +97,7 @@ func testBgCreateGet(t *testing.T, s responses.BackgroundStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Status != "queued" || !r.Stream || r.Stored || r.NextSeq != 2 || !r.CreatedAt.Equal(now) ||
+	if r.Status != "queued" || !r.Stream || r.NextSeq != 2 || !r.CreatedAt.Equal(now) ||
 		string(r.Request) != "req resp_1" || string(r.Input) != "in resp_1" || string(r.Messages) != "msgs resp_1" ||
 		string(r.Snapshot) != "snap resp_1" || string(r.Key) != "key resp_1" {
 		t.Errorf("got %+v", r)
@@ -270,34 +270,28 @@ func testBgCancel(t *testing.T, s responses.BackgroundStore) {
 	}
 }
 
-func testBgStoredAndRelease(t *testing.T, s responses.BackgroundStore) {
+func testBgEndedAndRelease(t *testing.T, s responses.BackgroundStore) {
 	mustCreate(t, s, bgRun("alice", "resp_1", now, 0))
 	mustCreate(t, s, bgRun("alice", "resp_2", now.Add(time.Second), 0))
+	mustCreate(t, s, bgRun("alice", "resp_3", now.Add(2*time.Second), 0))
 	mustClaim(t, s, "r1", time.Minute)
 	mustClaim(t, s, "r1", time.Minute)
 	if ok, err := s.Advance(t.Context(), "resp_1", "r1", responses.Advance{Status: "failed", Snapshot: []byte("failed")}); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	// Ended but not stored: claimable (to be stored), not counted as an
-	// attempt.
-	r := mustClaim(t, s, "r2", time.Minute)
-	if r.ID != "resp_1" || r.Status != "failed" || r.Attempts != 1 {
-		t.Errorf("claimed %s %s attempt %d", r.ID, r.Status, r.Attempts)
+	if ok, err := s.Cancel(t.Context(), "alice", "resp_3", []byte("cancelled")); !ok || err != nil {
+		t.Fatal(ok, err)
 	}
-	if err := s.MarkStored(t.Context(), "resp_1"); err != nil {
-		t.Fatal(err)
-	}
-	if r, _ := s.Get(t.Context(), "alice", "resp_1"); !r.Stored {
-		t.Error("not stored")
-	}
+	// Ended runs are never claimed, their lease gone or not.
 	noClaim(t, s, "r3")
-	// Released, a run is claimable at once.
 	if err := s.Release(t.Context(), "", "r1"); err != nil {
 		t.Fatal(err)
 	}
+	// Released, an unfinished run is claimable at once.
 	if r := mustClaim(t, s, "r3", time.Minute); r.ID != "resp_2" || r.Attempts != 2 {
 		t.Errorf("after release: %s attempt %d", r.ID, r.Attempts)
 	}
+	noClaim(t, s, "r4")
 	if err := s.Release(t.Context(), "resp_2", "r1"); err != nil {
 		t.Fatal(err)
 	}
@@ -327,10 +321,10 @@ func testBgDeleteAndSweep(t *testing.T, s responses.BackgroundStore) {
 	if err := s.Delete(t.Context(), "alice", "resp_1"); !errors.Is(err, responses.ErrNotFound) {
 		t.Errorf("second delete: %v", err)
 	}
-	// Sweep: stored runs created before the cut only.
+	// Sweep: ended runs created before the cut only.
 	for _, id := range []string{"resp_2", "resp_3"} {
-		if err := s.MarkStored(t.Context(), id); err != nil {
-			t.Fatal(err)
+		if ok, err := s.Cancel(t.Context(), "alice", id, []byte("cancelled")); !ok || err != nil {
+			t.Fatal(ok, err)
 		}
 	}
 	mustCreate(t, s, bgRun("alice", "resp_4", now, 0)) // unfinished: kept
