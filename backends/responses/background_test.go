@@ -407,4 +407,3 @@ func TestBackgroundStreamResume(t *testing.T) {
 		t.Errorf("get: %v %+v", err, got)
 	}
 }
-

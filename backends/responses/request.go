@@ -37,7 +37,7 @@ type createRequest struct {
 	previousID        string
 	store             bool
 	stream            bool
-	background        bool // background.go
+	background        bool
 	metadata          []byte // object
 	user              string
 	safetyIdentifier  string
