@@ -60,6 +60,10 @@ type Options struct {
 	// fails.
 	ResponsesStore responses.Store
 	VectorStore    vectorstores.Store
+	// ResponsesBackground, when set, keeps the background responses' runs
+	// (a fleet's Postgres store); nil: SQLite in DataDir. The Service
+	// closes it, also when New fails.
+	ResponsesBackground responses.BackgroundStore
 	// Files, when set, is the files service to use (fleet storage) instead
 	// of the one in DataDir; Close closes it.
 	Files  *files.Store
@@ -88,12 +92,15 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	s := &Service{}
 	// The stores passed in not yet handed to their services are closed
 	// here if New fails, or (the vector store) when vector stores are off.
-	respStore, vecStore := opts.ResponsesStore, opts.VectorStore
+	respStore, vecStore, bgStore := opts.ResponsesStore, opts.VectorStore, opts.ResponsesBackground
 	defer func() {
 		if err != nil {
 			s.Close()
 			if respStore != nil {
 				_ = respStore.Close()
+			}
+			if bgStore != nil {
+				_ = bgStore.Close()
 			}
 		}
 		if vecStore != nil {
@@ -121,10 +128,11 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	}
 	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway, Store: respStore,
 		Search: opts.Search, FileSearch: fileSearch, CodeInterpreter: opts.CodeInterpreter,
-		Logger: log.With("service", "responses")}); err != nil {
+		Background: responses.BackgroundOptions{Store: bgStore},
+		Logger:     log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
-	respStore = nil
+	respStore, bgStore = nil, nil
 	mux := http.NewServeMux()
 	mux.Handle("/v1/files", s.files.Handler())
 	mux.Handle("/v1/files/", s.files.Handler())

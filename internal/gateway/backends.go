@@ -147,9 +147,16 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		if bo.BatchStore != nil {
 			_ = bo.BatchStore.Close()
 		}
+		if bo.ResponsesBackground != nil {
+			_ = bo.ResponsesBackground.Close()
+		}
 	}
 	bo.BatchLease = opts.BatchLease
 	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
+		closeStores()
+		return nil, err
+	}
+	if bo.ResponsesBackground, err = fleetResponsesBackground(ctx, opts.Storage); err != nil {
 		closeStores()
 		return nil, err
 	}
@@ -237,4 +244,22 @@ func fleetResponsesStores(ctx context.Context, st config.Storage, vectors bool, 
 		return nil, nil, fmt.Errorf("gateway: backends: %w", err)
 	}
 	return rs, vs, nil
+}
+
+// fleetResponsesBackground opens the Postgres store of the background
+// responses' runs when storage.metadata.kind is postgres (every replica
+// claims from it); nil (SQLite under the data directory) otherwise.
+func fleetResponsesBackground(ctx context.Context, st config.Storage) (responses.BackgroundStore, error) {
+	if st.Metadata.Kind != config.MetadataPostgres {
+		return nil, nil
+	}
+	dsn := os.Getenv(st.Metadata.DSNEnv)
+	if dsn == "" {
+		return nil, fmt.Errorf("gateway: backends: storage.metadata.dsn_env names %s, which is not set", st.Metadata.DSNEnv)
+	}
+	bs, err := responses.OpenPostgresBackgroundStore(ctx, dsn, pgdb.Pool{MaxConns: st.Metadata.MaxConns})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: backends: %w", err)
+	}
+	return bs, nil
 }
