@@ -1,6 +1,7 @@
 package responses
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/tidwall/gjson"
 
 	"github.com/switchyard-ai/switchyard/backends/onbehalf"
 	"github.com/switchyard-ai/switchyard/internal/testing/fake"
@@ -406,4 +408,124 @@ func TestBackgroundStreamResume(t *testing.T) {
 	if got, err := c.Responses.Get(t.Context(), id, responses.ResponseGetParams{}); err != nil || got.Status != "completed" {
 		t.Errorf("get: %v %+v", err, got)
 	}
+}
+
+// TestBackgroundConformsToTheSpec checks the bodies and events of
+// background responses against OpenAI's schemas: queued, in progress and
+// cancelled Responses, a streamed run's events (response.queued among
+// them), and the error event that ends a cancelled run's stream.
+func TestBackgroundConformsToTheSpec(t *testing.T) {
+	e := newBgEnv(t, newGate(fakeGateway(t), true), Options{})
+	do := func(method, path, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, e.srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(ownerHeader, "alice")
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, b
+	}
+	checkSeq := func(evs []event, first int64) {
+		t.Helper()
+		for i, ev := range evs {
+			if ev.name != ev.data.Get("type").Str || ev.data.Get("sequence_number").Int() != first+int64(i) {
+				t.Errorf("event %d: %s %s", i, ev.name, ev.raw)
+			}
+			schema := eventSchemas[ev.name]
+			if ev.name == "response.queued" {
+				schema = "ResponseQueuedEvent"
+			}
+			if schema == "" {
+				t.Errorf("unexpected event %s", ev.name)
+				continue
+			}
+			conforms(t, schema, []byte(ev.raw))
+		}
+	}
+
+	// A streamed run, whole; then resumed after event 3.
+	e.gate.held.Store(false)
+	status, b := do(http.MethodPost, "/v1/responses", `{"model":"m","input":"spec","background":true,"stream":true}`)
+	if status != http.StatusOK {
+		t.Fatalf("%d %s", status, b)
+	}
+	evs := readEvents(t, bytes.NewReader(b))
+	checkSeq(evs, 0)
+	if len(evs) < 5 || evs[0].name != "response.created" || evs[1].name != "response.queued" || evs[2].name != "response.in_progress" ||
+		evs[len(evs)-1].name != "response.completed" || evs[0].data.Get("response.status").Str != "queued" {
+		t.Errorf("streamed background events: %v", types(evs))
+	}
+	id := evs[0].data.Get("response.id").Str
+	status, b = do(http.MethodGet, "/v1/responses/"+id+"?stream=true&starting_after=3", "")
+	if status != http.StatusOK {
+		t.Fatalf("%d %s", status, b)
+	}
+	if resumed := readEvents(t, bytes.NewReader(b)); len(resumed) != len(evs)-4 {
+		t.Errorf("resumed after 3: %v of %v", types(resumed), types(evs))
+	} else {
+		checkSeq(resumed, 4)
+	}
+	status, b = do(http.MethodGet, "/v1/responses/"+id+"?stream=true&starting_after=x", "")
+	wantError(t, status, b, http.StatusBadRequest, "starting_after")
+
+	// Queued, in progress, cancelled.
+	e.gate.held.Store(true)
+	status, b = do(http.MethodPost, "/v1/responses", `{"model":"m","input":"spec","background":true}`)
+	if status != http.StatusOK {
+		t.Fatalf("%d %s", status, b)
+	}
+	conforms(t, "Response", b)
+	id = gjson.GetBytes(b, "id").Str
+	waitFor(t, e.gate.entered, "the model call")
+	_, b = do(http.MethodGet, "/v1/responses/"+id, "")
+	if gjson.GetBytes(b, "status").Str != "in_progress" {
+		t.Errorf("in progress: %s", b)
+	}
+	conforms(t, "Response", b)
+	_, b = do(http.MethodPost, "/v1/responses/"+id+"/cancel", "")
+	if gjson.GetBytes(b, "status").Str != "cancelled" {
+		t.Errorf("cancelled: %s", b)
+	}
+	conforms(t, "Response", b)
+	waitFor(t, e.gate.abandoned, "the cancelled run's model call to end")
+
+	// A streamed run cancelled while its client reads: the stream ends
+	// with an error event.
+	c := e.client("alice")
+	st := c.Responses.NewStreaming(t.Context(), bgParams("spec"))
+	defer st.Close()
+	var last responses.ResponseStreamEventUnion
+	for st.Next() {
+		last = st.Current()
+		conforms(t, map[string]string{"response.queued": "ResponseQueuedEvent"}[last.Type]+eventSchemas[last.Type], []byte(last.RawJSON()))
+		if last.Type == "response.in_progress" {
+			break
+		}
+	}
+	id = last.Response.ID
+	waitFor(t, e.gate.entered, "the model call")
+	if _, err := c.Responses.Cancel(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for st.Next() {
+		last = st.Current()
+		rest = append(rest, last.Type)
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rest) != "[error]" || last.Code != "response_cancelled" || last.SequenceNumber != 3 {
+		t.Errorf("after the cancel: %v %s", rest, last.RawJSON())
+	}
+	conforms(t, "ResponseErrorEvent", []byte(last.RawJSON()))
 }
