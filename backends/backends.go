@@ -60,10 +60,10 @@ type Options struct {
 	// fails.
 	ResponsesStore responses.Store
 	VectorStore    vectorstores.Store
-	// ResponsesBackground, when set, keeps the background responses' runs
-	// (a fleet's Postgres store); nil: SQLite in DataDir. The Service
-	// closes it, also when New fails.
-	ResponsesBackground responses.BackgroundStore
+	// Background configures background responses; its Store, when set,
+	// keeps their runs (a fleet's Postgres store), nil: SQLite in DataDir.
+	// The Service closes the Store, also when New fails.
+	Background responses.BackgroundOptions
 	// Files, when set, is the files service to use (fleet storage) instead
 	// of the one in DataDir; Close closes it.
 	Files  *files.Store
@@ -92,7 +92,7 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	s := &Service{}
 	// The stores passed in not yet handed to their services are closed
 	// here if New fails, or (the vector store) when vector stores are off.
-	respStore, vecStore, bgStore := opts.ResponsesStore, opts.VectorStore, opts.ResponsesBackground
+	respStore, vecStore, bgStore := opts.ResponsesStore, opts.VectorStore, opts.Background.Store
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -128,8 +128,7 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	}
 	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway, Store: respStore,
 		Search: opts.Search, FileSearch: fileSearch, CodeInterpreter: opts.CodeInterpreter,
-		Background: responses.BackgroundOptions{Store: bgStore},
-		Logger:     log.With("service", "responses")}); err != nil {
+		Background: opts.Background, Logger: log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
 	respStore, bgStore = nil, nil

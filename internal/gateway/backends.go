@@ -62,6 +62,10 @@ type BackendsOptions struct {
 	Storage config.Storage
 	// BatchLease: see backends.Options.BatchLease.
 	BatchLease time.Duration
+	// BackgroundLease and BackgroundPerKey: see
+	// responses.BackgroundOptions.Lease and MaxPerOwner (0: defaults).
+	BackgroundLease  time.Duration
+	BackgroundPerKey int
 	// BatchPaceAfter: see Options.BatchPaceAfter.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
 	Logger         *slog.Logger
@@ -147,16 +151,17 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		if bo.BatchStore != nil {
 			_ = bo.BatchStore.Close()
 		}
-		if bo.ResponsesBackground != nil {
-			_ = bo.ResponsesBackground.Close()
+		if bo.Background.Store != nil {
+			_ = bo.Background.Store.Close()
 		}
 	}
 	bo.BatchLease = opts.BatchLease
+	bo.Background = responses.BackgroundOptions{Lease: opts.BackgroundLease, MaxPerOwner: opts.BackgroundPerKey}
 	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
 		closeStores()
 		return nil, err
 	}
-	if bo.ResponsesBackground, err = fleetResponsesBackground(ctx, opts.Storage); err != nil {
+	if bo.Background.Store, err = fleetResponsesBackground(ctx, opts.Storage); err != nil {
 		closeStores()
 		return nil, err
 	}
