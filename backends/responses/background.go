@@ -437,6 +437,10 @@ func (r *eventLog) failed() bool {
 	return r != nil && r.FlushError() != nil
 }
 
+// maxBackgroundAttempts bounds how many times a run is started: past it,
+// a run taken over again fails.
+const maxBackgroundAttempts = 3
+
 // errLeaseLost stops a run that can no longer record its progress.
 var errLeaseLost = errors.New("responses: background lease lost")
 
@@ -527,7 +531,14 @@ func (b *background) exec(ctx context.Context, row BackgroundRun) {
 	} else {
 		close(flushed)
 	}
-	err = ru.execute(ctx)
+	if row.Attempts > maxBackgroundAttempts {
+		// A run that keeps losing its replica (one it makes crash, say)
+		// must not be retried, and charged, forever.
+		err = apierror.Server(http.StatusInternalServerError, "server_error",
+			fmt.Sprintf("The response was interrupted %d times before it could finish; it is not run again.", maxBackgroundAttempts))
+	} else {
+		err = ru.execute(ctx)
+	}
 	close(stopFlush)
 	<-flushed
 	if ctx.Err() != nil || rec.failed() {
