@@ -3,6 +3,7 @@ package responses
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -196,5 +197,34 @@ func TestBackgroundSurvivesItsReplica(t *testing.T) {
 				t.Errorf("events from the start: %v", all.types)
 			}
 		})
+	}
+}
+
+// TestBackgroundAttemptsBounded: a run interrupted at each of its 3
+// attempts is not run a fourth time: it fails, saying so, without another
+// model call.
+func TestBackgroundAttemptsBounded(t *testing.T) {
+	dir := t.TempDir()
+	var id string
+	for attempt := 1; attempt <= 3; attempt++ {
+		e := newBgEnv(t, newGate(fakeGateway(t), true), Options{DataDir: dir})
+		if attempt == 1 {
+			c := e.client("alice")
+			r, err := c.Responses.New(t.Context(), bgParams("interrupted"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			id = r.ID
+		}
+		waitFor(t, e.gate.entered, "the model call")
+		e.close() // the process stops mid-call
+	}
+	e := newBgEnv(t, newGate(fakeGateway(t), false), Options{DataDir: dir})
+	got := poll(t, e.client("alice"), id, responses.ResponseStatusFailed)
+	if got.Error.Code != "server_error" || !strings.Contains(got.Error.Message, "interrupted 3 times") {
+		t.Errorf("error %+v", got.Error)
+	}
+	if n := e.gate.calls.Load(); n != 0 {
+		t.Errorf("%d model calls on the fourth start", n)
 	}
 }
