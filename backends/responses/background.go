@@ -270,12 +270,15 @@ func (b *background) start(ctx context.Context, run BackgroundRun) {
 			defer close(held)
 			b.holdLease(jctx, cancel, run.ID)
 		}()
-		b.exec(jctx, run)
+		keep := b.exec(jctx, run)
 		cancel()
 		<-held
 		b.mu.Lock()
 		delete(b.jobs, run.ID)
 		b.mu.Unlock()
+		if keep {
+			return // claimed again when the lease expires, not at once
+		}
 		// An unfinished run (this replica is stopping) is another's at once.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer rcancel()
@@ -485,24 +488,28 @@ func (b *background) advance(ctx context.Context, id string, a Advance) bool {
 
 // exec executes row (one attempt). A run whose Response is already stored
 // (its runner died between storing it and ending the run) is only ended.
-func (b *background) exec(ctx context.Context, row BackgroundRun) {
+// keep: the run cannot be read here; its lease is left to expire rather
+// than released, so it is not claimed again at once.
+func (b *background) exec(ctx context.Context, row BackgroundRun) (keep bool) {
 	log := b.s.log
 	o, err := b.open(row)
 	if err != nil {
 		log.Error("responses: background run unreadable", "response", row.ID, "err", err)
-		return
+		return true
 	}
 	if body, err := b.s.store.body(ctx, row.Owner, row.ID, b.s.now()); err == nil {
 		b.endStored(ctx, row, o, body)
-		return
+		return false
 	} else if !errors.Is(err, ErrNotFound) {
 		log.Warn("responses: background run: reading the stored response failed", "response", row.ID, "err", err)
-		return
+		return false
 	}
 	req, aerr := parseCreate(o.request, b.s.newID, true)
-	if aerr != nil { // it was valid when created: a newer binary's refusal
+	if aerr != nil {
+		// It was valid when created: a newer binary refuses it.
 		log.Error("responses: background request no longer valid", "response", row.ID, "err", aerr)
-		return
+		b.failUnrun(ctx, row, o, aerr.Message)
+		return false
 	}
 	req.input = splitItems(o.input)
 	ru := &run{s: b.s, owner: row.Owner, req: req, obj: newObject(row.ID, row.CreatedAt.Unix(), req)}
@@ -518,7 +525,7 @@ func (b *background) exec(ctx context.Context, row BackgroundRun) {
 	ru.emitResponse("response.in_progress")
 	snap := ru.obj.marshal()
 	if !b.advance(ctx, row.ID, Advance{Status: "in_progress", Snapshot: o.dk.Seal(bgFieldSnapshot, snap), Events: rec.take()}) {
-		return
+		return false
 	}
 	log.Info("responses: background run started", "response", row.ID, "attempt", row.Attempts)
 	stopFlush := make(chan struct{})
@@ -543,7 +550,7 @@ func (b *background) exec(ctx context.Context, row BackgroundRun) {
 	<-flushed
 	if ctx.Err() != nil || rec.failed() {
 		log.Info("responses: background run stopped here", "response", row.ID)
-		return
+		return false
 	}
 	if err == nil {
 		if ru.obj.Status == "in_progress" {
@@ -564,15 +571,16 @@ func (b *background) exec(ctx context.Context, row BackgroundRun) {
 	// a cancel and a runner that lost its lease; and a client that sees
 	// the run ended can continue from it at once.
 	if !b.storeResponse(ctx, row, out, o.input) {
-		return
+		return false
 	}
 	ru.emitResponse(terminalEvent(ru.obj.Status))
 	if !b.advance(ctx, row.ID, Advance{Status: ru.obj.Status, Snapshot: o.dk.Seal(bgFieldSnapshot, out), Events: rec.take()}) {
 		b.unlessGone(ctx, row)
-		return
+		return false
 	}
 	log.Debug("responses: background response finished", "response", row.ID, "status", ru.obj.Status,
 		"items", len(ru.obj.Output), "input_tokens", u.InputTokens, "output_tokens", u.OutputTokens)
+	return false
 }
 
 func terminalEvent(status string) string {
@@ -583,6 +591,21 @@ func terminalEvent(status string) string {
 		return "response.failed"
 	}
 	return "response.completed"
+}
+
+// failUnrun ends a run that cannot be run as failed, with msg.
+func (b *background) failUnrun(ctx context.Context, row BackgroundRun, o *opened, msg string) {
+	var obj responseObject
+	if err := json.Unmarshal(o.snapshot, &obj); err != nil {
+		b.s.log.Error("responses: background run unreadable", "response", row.ID, "err", err)
+		return
+	}
+	obj.Status = "failed"
+	obj.Error = &responseError{Code: "server_error", Message: msg}
+	out := obj.marshal()
+	if b.storeResponse(ctx, row, out, o.input) {
+		b.endStored(ctx, row, o, out)
+	}
 }
 
 // endStored ends a run whose Response is stored (by a runner that died
