@@ -17,9 +17,10 @@
 // under a lease any replica can take over.
 //
 // What OpenAI offers and this gateway refuses with a 400 naming the
-// parameter, rather than silently ignoring: conversation, prompt templates, item_reference input items, file_id
-// images and files, the built-in tools other than web search, the code
-// interpreter and file search (computer use, image generation, MCP,
+// parameter, rather than silently ignoring: conversation, prompt
+// templates, item_reference input items, file_id images and files, the
+// built-in tools other than web search, the code interpreter and file
+// search (computer use, image generation, MCP,
 // shell), code interpreter containers with files or network access, and
 // file_search attribute filters. truncation is echoed but not applied: an
 // over-long conversation fails as the model's context limit makes it fail.
