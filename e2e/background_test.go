@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,9 +11,13 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/switchyard-ai/switchyard/internal/envelope"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 )
 
 // holdMarker in a request's input makes the vendors hold it (holdRequests).
@@ -20,9 +25,11 @@ const holdMarker = "hold-this-request"
 
 // holdRequests holds every vendor request whose body carries holdMarker,
 // reporting it on entered, until the request is cancelled (then reported
-// on abandoned): a background run kept in progress until it is cancelled.
+// on abandoned), or release is closed (then it is answered): a background
+// run kept in progress until it is cancelled or let go.
 type holdRequests struct {
 	entered, abandoned chan string
+	release            chan struct{}
 }
 
 func (h *holdRequests) wrap(next http.Handler) http.Handler {
@@ -31,9 +38,12 @@ func (h *holdRequests) wrap(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		if bytes.Contains(b, []byte(holdMarker)) {
 			h.entered <- r.URL.Path
-			<-r.Context().Done()
-			h.abandoned <- r.URL.Path
-			return
+			select {
+			case <-r.Context().Done():
+				h.abandoned <- r.URL.Path
+				return
+			case <-h.release:
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -178,5 +188,77 @@ func TestBackgroundResponsesOnEveryVendor(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestBackgroundAcrossReplicas: two gateways on one PostgreSQL. A streamed
+// background response created through one, whose client hangs up, is
+// followed through the other with starting_after while the first still
+// runs it: the events come as the first records them, to the end.
+func TestBackgroundAcrossReplicas(t *testing.T) {
+	t.Setenv(fleetDSNEnv, pgtest.DSN(t))
+	t.Setenv(envelope.EnvKey, envelope.EncodeKey(make([]byte, envelope.KeySize)))
+	extra := fmt.Sprintf("storage:\n  metadata:\n    kind: postgres\n    dsn_env: %s\n", fleetDSNEnv)
+	h := &holdRequests{entered: make(chan string, 8), abandoned: make(chan string, 8), release: make(chan struct{})}
+	a := newStack(t, stackOptions{extraYAML: extra, wrapUpstream: h.wrap})
+	b := newStack(t, stackOptions{extraYAML: extra, wrapUpstream: h.wrap, gateway: func(o *gateway.Options) { o.DataDir = a.dataDir }})
+	ctx := context.Background()
+	ca, cb := a.client(), b.client(option.WithAPIKey(a.key))
+
+	sctx, hangUp := context.WithCancel(ctx)
+	s := ca.Responses.NewStreaming(sctx, responses.ResponseNewParams{Model: "demo/chat", Background: openai.Bool(true),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("across replicas " + holdMarker)}})
+	var id string
+	var last int64
+	for s.Next() {
+		ev := s.Current()
+		last = ev.SequenceNumber
+		if ev.Type == "response.created" {
+			id = ev.AsResponseCreated().Response.ID
+		}
+		if ev.Type == "response.in_progress" {
+			break
+		}
+	}
+	hangUp()
+	s.Close()
+	if id == "" {
+		t.Fatalf("no response.created: %v", s.Err())
+	}
+	waitSignal(t, h.entered, "the model call")
+
+	// Followed on b while the run is held on a replica; then let go.
+	r := cb.Responses.GetStreaming(ctx, id, responses.ResponseGetParams{StartingAfter: openai.Int(last)})
+	defer r.Close()
+	// GetStreaming returns with the response's headers: b is following.
+	close(h.release)
+	var seqs []int64
+	var text strings.Builder
+	var final *responses.Response
+	for r.Next() {
+		ev := r.Current()
+		seqs = append(seqs, ev.SequenceNumber)
+		switch ev.Type {
+		case "response.output_text.delta":
+			text.WriteString(ev.Delta)
+		case "response.completed":
+			f := ev.AsResponseCompleted().Response
+			final = &f
+		}
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range seqs {
+		if n != last+1+int64(i) {
+			t.Fatalf("sequence numbers %v after %d", seqs, last)
+		}
+	}
+	if final == nil || final.Status != "completed" || !strings.Contains(final.OutputText(), "across replicas") || final.OutputText() != text.String() {
+		t.Errorf("followed on the other replica: final %+v, deltas %q", final, text.String())
+	}
+	got, err := cb.Responses.Get(ctx, id, responses.ResponseGetParams{})
+	if err != nil || got.Status != "completed" {
+		t.Errorf("get on the other replica: %v %+v", err, got)
 	}
 }
