@@ -68,6 +68,10 @@ type Options struct {
 	// Tokenizers names each model's tokenizer, which the Responses API's
 	// truncation "auto" counts with (responses.Options.Tokenizers).
 	Tokenizers map[string]string
+	// Background configures background responses; its Store, when set,
+	// keeps their runs (a fleet's Postgres store), nil: SQLite in DataDir.
+	// The Service closes the Store, also when New fails.
+	Background responses.BackgroundOptions
 	// Files, when set, is the files service to use (fleet storage) instead
 	// of the one in DataDir; Close closes it.
 	Files  *files.Store
@@ -97,7 +101,7 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	s := &Service{}
 	// The stores passed in not yet handed to their services are closed
 	// here if New fails, or (the vector store) when vector stores are off.
-	respStore, vecStore, convStore := opts.ResponsesStore, opts.VectorStore, opts.ConversationStore
+	respStore, vecStore, convStore, bgStore := opts.ResponsesStore, opts.VectorStore, opts.ConversationStore, opts.Background.Store
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -106,6 +110,9 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 			}
 			if convStore != nil {
 				_ = convStore.Close()
+			}
+			if bgStore != nil {
+				_ = bgStore.Close()
 			}
 		}
 		if vecStore != nil {
@@ -138,11 +145,11 @@ func New(ctx context.Context, opts Options) (_ *Service, err error) {
 	convStore = nil // the service's now
 	if s.responses, err = responses.New(ctx, responses.Options{DataDir: opts.DataDir, Gateway: opts.Gateway, Store: respStore,
 		Search: opts.Search, FileSearch: fileSearch, CodeInterpreter: opts.CodeInterpreter,
-		Conversations: s.convs, Tokenizers: opts.Tokenizers,
+		Conversations: s.convs, Tokenizers: opts.Tokenizers, Background: opts.Background,
 		Logger: log.With("service", "responses")}); err != nil {
 		return nil, err
 	}
-	respStore = nil
+	respStore, bgStore = nil, nil
 	mux := http.NewServeMux()
 	mux.Handle("/v1/files", s.files.Handler())
 	mux.Handle("/v1/files/", s.files.Handler())

@@ -38,6 +38,7 @@ type createRequest struct {
 	conversation      string // the conversation's id, "" for none (conversation.go)
 	store             bool
 	stream            bool
+	background        bool
 	metadata          []byte // object
 	user              string
 	safetyIdentifier  string
@@ -213,12 +214,13 @@ func (req *createRequest) parseLimits(root gjson.Result) *apierror.Error {
 	return nil
 }
 
-// parseFlags reads the booleans store, stream and parallel_tool_calls.
+// parseFlags reads the booleans store, stream, background and
+// parallel_tool_calls.
 func (req *createRequest) parseFlags(root gjson.Result) *apierror.Error {
 	for _, p := range []struct {
 		name string
 		dst  *bool
-	}{{"store", &req.store}, {"stream", &req.stream}} {
+	}{{"store", &req.store}, {"stream", &req.stream}, {"background", &req.background}} {
 		v := root.Get(p.name)
 		if !v.Exists() || v.Type == gjson.Null {
 			continue
@@ -260,9 +262,6 @@ func (req *createRequest) parseIdentifiers(root gjson.Result) *apierror.Error {
 // refuseUnsupported refuses features this gateway does not implement rather
 // than silently dropping them, so a client never believes it got them.
 func refuseUnsupported(root gjson.Result) *apierror.Error {
-	if v := root.Get("background"); v.Exists() && v.Type == gjson.True {
-		return apierror.InvalidParam("background", "Background responses are not supported on this gateway.")
-	}
 	for _, name := range []string{"prompt"} {
 		if v := root.Get(name); v.Exists() && v.Type != gjson.Null {
 			return apierror.InvalidParam(name, "The '%s' parameter is not supported on this gateway.", name)

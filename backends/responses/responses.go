@@ -13,15 +13,19 @@
 // live in DATA_DIR/responses.db for 30 days unless stored with store:false.
 // docs/backends-design.md is the contract with extproc and the gateway.
 //
+// Background responses (background.go) run detached from the request,
+// under a lease any replica can take over.
+//
 // What OpenAI offers and this gateway refuses with a 400 naming the
-// parameter, rather than silently ignoring: background responses, prompt
-// templates, item_reference input items, file_id images and files, the
-// built-in tools other than web search, the code interpreter and file
-// search (computer use, image generation, MCP, shell), code interpreter
-// containers with files or network access, and file_search attribute
-// filters. conversation continues a conversation of package
-// conversations (conversation.go); truncation "auto" drops the oldest
-// turns that do not fit the model's context window (truncation.go).
+// parameter, rather than silently ignoring: prompt templates,
+// item_reference input items, file_id images and files, the built-in tools
+// other than web search, the code interpreter and file search (computer
+// use, image generation, MCP, shell), code interpreter containers with
+// files or network access, and file_search attribute filters. conversation
+// continues a conversation of package conversations (conversation.go);
+// truncation "auto" drops the oldest turns that do not fit the model's
+// context window (truncation.go); background runs a response detached
+// from its request (background.go).
 package responses
 
 import (
@@ -98,6 +102,8 @@ type Options struct {
 	// 504 upstream_timeout before anything was streamed, response.failed
 	// after.
 	StepTimeout time.Duration
+	// Background configures background responses (background.go).
+	Background BackgroundOptions
 }
 
 // DefaultStepTimeout is the default Options.StepTimeout.
@@ -123,6 +129,7 @@ type Service struct {
 	log         *slog.Logger
 	maxSteps    int
 	stepTimeout time.Duration
+	bg          *background // background.go
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -153,6 +160,10 @@ func New(ctx context.Context, opts Options) (*Service, error) {
 	s.stepTimeout = opts.StepTimeout
 	if s.stepTimeout <= 0 {
 		s.stepTimeout = DefaultStepTimeout
+	}
+	if s.bg, err = newBackground(ctx, s, opts); err != nil {
+		_ = st.close()
+		return nil, err
 	}
 	interval := opts.SweepInterval
 	if interval <= 0 {
@@ -188,10 +199,12 @@ func newStore(ctx context.Context, opts Options) (*store, error) {
 	return &store{raw: raw, keys: keys}, nil
 }
 
-// Close stops the sweeper and closes the store.
+// Close stops the sweeper and the background runs (another replica, or
+// the next start, takes them over) and closes the stores.
 func (s *Service) Close() error {
 	s.stop()
 	s.wg.Wait()
+	s.bg.close()
 	return s.store.close()
 }
 
@@ -382,6 +395,10 @@ func (s *Service) create(w http.ResponseWriter, r *http.Request, owner string) {
 		history = append(history, items)
 	}
 	s.fillContext(ctx, ru, history)
+	if req.background {
+		s.createBackground(w, r, ru, body)
+		return
+	}
 	if req.stream {
 		ru.ev = newEventWriter(w)
 	}
@@ -525,6 +542,9 @@ func mustJSON(v any) []byte {
 }
 
 func (s *Service) get(w http.ResponseWriter, r *http.Request, owner, id string) {
+	if s.getBackground(w, r, owner, id) {
+		return
+	}
 	b, err := s.store.body(r.Context(), owner, id, s.now())
 	if errors.Is(err, ErrNotFound) {
 		notFound(id).Write(w)
@@ -538,7 +558,13 @@ func (s *Service) get(w http.ResponseWriter, r *http.Request, owner, id string) 
 }
 
 func (s *Service) delete(w http.ResponseWriter, r *http.Request, owner, id string) {
-	err := s.store.delete(r.Context(), owner, id, s.now())
+	bgFound, err := s.deleteBackground(r.Context(), owner, id)
+	if err == nil {
+		err = s.store.delete(r.Context(), owner, id, s.now())
+	}
+	if errors.Is(err, ErrNotFound) && bgFound {
+		err = nil // a background response deleted before it was stored
+	}
 	if errors.Is(err, ErrNotFound) {
 		notFound(id).Write(w)
 		return
@@ -550,19 +576,6 @@ func (s *Service) delete(w http.ResponseWriter, r *http.Request, owner, id strin
 	b := []byte(`{"id":`)
 	b = appendString(b, id)
 	writeJSON(w, http.StatusOK, append(b, `,"object":"response","deleted":true}`...))
-}
-
-// cancel answers POST /v1/responses/{id}/cancel. Only background responses
-// can be cancelled, and this gateway runs none.
-func (s *Service) cancel(w http.ResponseWriter, r *http.Request, owner, id string) {
-	if _, err := s.store.body(r.Context(), owner, id, s.now()); errors.Is(err, ErrNotFound) {
-		notFound(id).Write(w)
-		return
-	} else if err != nil {
-		s.internal(w, "cancel", err)
-		return
-	}
-	apierror.InvalidParam("response_id", "Only background responses can be cancelled, and response '%s' is not one.", id).Write(w)
 }
 
 // inputItems lists the items the response was generated from: the

@@ -250,7 +250,8 @@ func TestValidation(t *testing.T) {
 		{"text format", `{"model":"m","input":"x","text":{"format":{"type":"yaml"}}}`, 400, "text.format.type"},
 		{"text format without type", `{"model":"m","input":"x","text":{"format":{}}}`, 400, "text.format.type"},
 		{"json_schema without schema", `{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"s"}}}`, 400, "text.format.schema"},
-		{"background", `{"model":"m","input":"x","background":true}`, 400, "background"},
+		{"background without store", `{"model":"m","input":"x","background":true,"store":false}`, 400, "background"},
+		{"background not a boolean", `{"model":"m","input":"x","background":"yes"}`, 400, "background"},
 		{"conversation", `{"model":"m","input":"x","conversation":"conv_1"}`, 400, "conversation"},
 		{"unknown previous", `{"model":"m","input":"x","previous_response_id":"resp_nope"}`, 400, "previous_response_id"},
 	}

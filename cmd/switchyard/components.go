@@ -124,6 +124,8 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&o.GatewayCAFile, "gateway-ca-file", "", "CA bundle verifying the gateway's certificate (default: the system roots)")
 	cfgPath := fs.String("config", "", "configuration file, for its tools, tiers and storage sections (default: the embedded configuration)")
 	fs.DurationVar(&o.BatchLease, "batch-lease", 30*time.Second, "how long this replica's claim on a running batch lasts unless renewed (renewed every third of it); another replica takes a dead one's batches over after it")
+	fs.DurationVar(&o.BackgroundLease, "background-lease", 30*time.Second, "the same for a running background response (background: true)")
+	fs.IntVar(&o.BackgroundPerKey, "background-per-key", 16, "how many background responses a key may have queued or in progress at once (more: 429)")
 	health := fs.String("health", "", "address of the HTTP health endpoint GET /healthz (default: none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -131,6 +133,12 @@ func cmdBackends(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if o.BatchLease < time.Second {
 		return errors.New("--batch-lease must be at least 1s")
+	}
+	if o.BackgroundLease < time.Second {
+		return errors.New("--background-lease must be at least 1s")
+	}
+	if o.BackgroundPerKey < 1 {
+		return errors.New("--background-per-key must be at least 1")
 	}
 	if o.GatewayURL == "" {
 		return errors.New("--gateway-url is required")

@@ -66,6 +66,10 @@ type BackendsOptions struct {
 	Models []config.Model
 	// BatchLease: see backends.Options.BatchLease.
 	BatchLease time.Duration
+	// BackgroundLease and BackgroundPerKey: see
+	// responses.BackgroundOptions.Lease and MaxPerOwner (0: defaults).
+	BackgroundLease  time.Duration
+	BackgroundPerKey int
 	// BatchPaceAfter: see Options.BatchPaceAfter.
 	BatchPaceAfter func(time.Duration) <-chan time.Time
 	Logger         *slog.Logger
@@ -151,9 +155,17 @@ func StartBackends(ctx context.Context, opts BackendsOptions) (_ *Component, err
 		if bo.BatchStore != nil {
 			_ = bo.BatchStore.Close()
 		}
+		if bo.Background.Store != nil {
+			_ = bo.Background.Store.Close()
+		}
 	}
 	bo.BatchLease = opts.BatchLease
+	bo.Background = responses.BackgroundOptions{Lease: opts.BackgroundLease, MaxPerOwner: opts.BackgroundPerKey}
 	if err := openFleetBatches(ctx, opts.Storage, &bo); err != nil {
+		closeStores()
+		return nil, err
+	}
+	if bo.Background.Store, err = fleetResponsesBackground(ctx, opts.Storage); err != nil {
 		closeStores()
 		return nil, err
 	}
@@ -281,4 +293,22 @@ func modelTokenizers(models []config.Model) map[string]string {
 		}
 	}
 	return m
+}
+
+// fleetResponsesBackground opens the Postgres store of the background
+// responses' runs when storage.metadata.kind is postgres (every replica
+// claims from it); nil (SQLite under the data directory) otherwise.
+func fleetResponsesBackground(ctx context.Context, st config.Storage) (responses.BackgroundStore, error) {
+	if st.Metadata.Kind != config.MetadataPostgres {
+		return nil, nil
+	}
+	dsn := os.Getenv(st.Metadata.DSNEnv)
+	if dsn == "" {
+		return nil, fmt.Errorf("gateway: backends: storage.metadata.dsn_env names %s, which is not set", st.Metadata.DSNEnv)
+	}
+	bs, err := responses.OpenPostgresBackgroundStore(ctx, dsn, pgdb.Pool{MaxConns: st.Metadata.MaxConns})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: backends: %w", err)
+	}
+	return bs, nil
 }
