@@ -117,7 +117,7 @@ var matrixCases = []matrixCase{
 		checks: "the model's code runs in the sandbox: a completed `code_interpreter_call` whose logs (a NameError) reach the answer"},
 	{feature: "Conversations", run: caseConversations,
 		checks: "`conversations.create`, two `responses.create` turns on `conversation`, its items listed in order, metadata updated, deleted"},
-	{feature: "background responses", run: notBuilt(caseBackground),
+	{feature: "background responses", run: caseBackground,
 		checks: "`background: true` answers queued or in_progress at once; polling `responses.retrieve` reaches completed with the answer"},
 	{feature: "files", run: caseFiles,
 		checks: "upload, list, retrieve, content (byte-exact), delete; gone afterwards (the gateway's own store: no model involved)"},
