@@ -271,7 +271,7 @@ func (s *startup) startKeys(ctx context.Context) error {
 	})
 	// The usage store closes after extproc stops (closers run in reverse),
 	// so the usage of the last requests is written.
-	rec, usageClosers, err := startUsage(ctx, s.opts.DataDir, s.opts.UsageFlushInterval, s.log.With("component", "usage"))
+	rec, usageClosers, err := startUsage(ctx, s.cfg.Storage, s.opts.DataDir, s.opts.UsageFlushInterval, s.log.With("component", "usage"))
 	if err != nil {
 		return err
 	}
