@@ -63,6 +63,13 @@ func startUsage(ctx context.Context, st config.Storage, dataDir string, interval
 	return rec, closers, nil
 }
 
+// OpenUsageStore opens the usage store storage names, for reading it
+// (`switchyard usage`): PostgreSQL, or SQLite in dataDir.
+func OpenUsageStore(ctx context.Context, st config.Storage, dataDir string) (usage.Store, error) {
+	s, _, err := openUsageStore(ctx, st, dataDir)
+	return s, err
+}
+
 // openUsageStore opens the usage store: PostgreSQL when
 // storage.metadata.kind is postgres, shared by every replica, whose month
 // spend the Recorder then reads back at every flush (so a budget spent
