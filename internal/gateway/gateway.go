@@ -361,14 +361,16 @@ func (s *startup) startRateLimit(context.Context) (err error) {
 func (s *startup) startExtProc(context.Context) (err error) {
 	g := s.g
 	g.ExtProc = extproc.New(extproc.Options{
-		Keys:          g.KeyCache,
-		Usage:         usageSink{rec: g.Usage, also: s.opts.Usage},
-		Budgets:       usageSink{rec: g.Usage},
-		Limiter:       s.limiter,
-		Metrics:       g.Metrics,
-		InternalToken: s.token,
-		Logger:        s.log.With("component", "extproc"),
-		Tracer:        s.tracer,
+		Keys:    g.KeyCache,
+		Usage:   usageSink{rec: g.Usage, also: s.opts.Usage},
+		Budgets: usageSink{rec: g.Usage},
+		Limiter: s.limiter,
+		// The local fallback's windows follow the embedded limiter's clock.
+		LocalLimiterClock: s.opts.RateLimitClock,
+		Metrics:           g.Metrics,
+		InternalToken:     s.token,
+		Logger:            s.log.With("component", "extproc"),
+		Tracer:            s.tracer,
 	})
 	// A buffered request body arrives in one gRPC message: allow the
 	// configured body limit plus room for headers.

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -169,10 +170,29 @@ func (r *RedisServer) Stop() {
 	if r.cmd == nil {
 		return
 	}
-	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Process.Kill() // also ends a paused server
 	_ = r.cmd.Wait()
 	r.cmd = nil
 	_ = os.Remove(r.Sock) // SIGKILL leaves the socket file behind
+}
+
+// Pause stops the server without ending it (SIGSTOP): connections stay
+// open and commands hang, as with a Redis that is unreachable behind a
+// network partition. Resume continues it with its counters intact.
+func (r *RedisServer) Pause() { r.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (r *RedisServer) Resume() { r.signal(syscall.SIGCONT) }
+
+func (r *RedisServer) signal(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		r.t.Fatal("ratelimittest: redis-server is not running")
+	}
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		r.t.Fatalf("redis-server: %v: %v", sig, err)
+	}
 }
 
 // Clock is a settable envoyproxy/ratelimit clock (Unix seconds), for tests
