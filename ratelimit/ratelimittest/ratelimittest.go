@@ -178,8 +178,13 @@ func (r *RedisServer) Stop() {
 
 // Pause stops the server without ending it (SIGSTOP): connections stay
 // open and commands hang, as with a Redis that is unreachable behind a
-// network partition. Resume continues it with its counters intact.
-func (r *RedisServer) Pause() { r.signal(syscall.SIGSTOP) }
+// network partition. Resume continues it with its counters intact. A test
+// that fails while it is paused has it killed first thing in its cleanup,
+// before the ratelimit service's cleanup waits for calls hung on it.
+func (r *RedisServer) Pause() {
+	r.t.Cleanup(r.Stop)
+	r.signal(syscall.SIGSTOP)
+}
 
 // Resume continues a paused server (SIGCONT).
 func (r *RedisServer) Resume() { r.signal(syscall.SIGCONT) }
