@@ -281,6 +281,13 @@ func fleetFreeKeyLimit(t *testing.T, a, b *fleetGateway, adminToken string) {
 			t.Errorf("%s answered %d %s, want 200 or 429", ans.replica, ans.status, ans.body)
 		}
 	}
+	// With the 10 slots taken, the two that came after are refused, one
+	// on each replica.
+	for _, ans := range all[16:] {
+		if ans.status != http.StatusTooManyRequests {
+			t.Errorf("%s, after the 16: %d, want 429", ans.replica, ans.status)
+		}
+	}
 	if n := served["a"] + served["b"]; n != 10 {
 		t.Fatalf("a free key (10 requests a minute) got %d requests through two replicas in one window (a %d, b %d), want exactly 10",
 			n, served["a"], served["b"])
