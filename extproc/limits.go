@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -33,6 +34,20 @@ type Limiter interface {
 // tier's on_limiter_error decides.
 const DefaultLimiterTimeout = 500 * time.Millisecond
 
+// The limiter is down after limiterDownAfter failures in a row to reach it
+// (one slow answer under load must not turn away everyone's requests).
+// While it is down, one admission per DefaultLimiterProbeInterval asks it
+// whether it is back; the others go straight to their tier's
+// on_limiter_error instead of each waiting out the timeout.
+const (
+	limiterDownAfter            = 3
+	DefaultLimiterProbeInterval = 250 * time.Millisecond
+)
+
+// errLimiterSkipped stands for the answer the limiter was not asked for
+// while it is down (limiter.skip).
+var errLimiterSkipped = errors.New("limiter down: not asked until the next probe")
+
 // Token estimate constants (see estimatePromptTokens).
 const (
 	bytesPerToken     = 4
@@ -60,6 +75,14 @@ type limiter struct {
 	// counted (admitBatchLine).
 	batchLocks [64]sync.Mutex
 	over       overLimit // keys refused until their window resets (overlimit.go)
+	// down: the limiter's last limiterDownAfter answers (failures counts
+	// them) were failures to reach it; until it answers again, only one
+	// admission per probeEvery asks it (the one that moves nextProbe, Unix
+	// nanoseconds).
+	failures   atomic.Int32
+	down       atomic.Bool
+	nextProbe  atomic.Int64
+	probeEvery time.Duration
 	// local counts the requests of tiers with on_limiter_error local
 	// while the limiter cannot decide: envoyproxy/ratelimit's service on
 	// this process's memory (ratelimit.MemoryCache), each key's limits
@@ -273,11 +296,26 @@ func stripe(s string, n int) int {
 }
 
 // call makes one admission call to rls, bounded by the limiter timeout,
-// and returns the statuses of ds once checkAnswer accepts them.
+// and returns the statuses of ds once checkAnswer accepts them. While the
+// fleet's limiter is down it is asked only by the probe (skip).
 func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.RateLimitDescriptor) ([]*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	_, local := rls.(localRLS)
+	if !local && l.skip() {
+		return nil, errLimiterSkipped
+	}
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	resp, err := rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: ratelimit.Domain, Descriptors: ds})
+	if !local {
+		switch {
+		case err == nil:
+			l.failures.Store(0)
+			l.down.Store(false)
+		case ctx.Err() == nil && l.failures.Add(1) >= limiterDownAfter: // not merely the request going away
+			l.nextProbe.Store(time.Now().Add(l.probeEvery).UnixNano())
+			l.down.Store(true)
+		}
+	}
 	if err == nil {
 		err = checkAnswer(resp, len(ds))
 	}
@@ -285,6 +323,18 @@ func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.Rate
 		return nil, err
 	}
 	return resp.GetStatuses(), nil
+}
+
+// skip reports whether an admission should not ask the limiter: it is down
+// and this is not the probe, the one admission per probeEvery that asks.
+// Its answer ends the outage (call), or starts the next interval.
+func (l *limiter) skip() bool {
+	if !l.down.Load() {
+		return false
+	}
+	next := l.nextProbe.Load()
+	now := time.Now().UnixNano()
+	return now < next || !l.nextProbe.CompareAndSwap(next, now+int64(l.probeEvery))
 }
 
 // chargeUnreported charges the key's tokens per minute for a request that

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -450,5 +451,60 @@ func TestLocalFallbackChargesTokens(t *testing.T) {
 	_, resp = h.chat(t, enterpriseKey, `{"model":"local/llama","messages":[{"role":"user","content":"`+strings.Repeat("word ", 20)+`"}]}`)
 	if msg := wantImmediate(t, resp, 429, "rate_limit_exceeded", ""); !strings.Contains(msg, "tokens per minute (TPM)") {
 		t.Errorf("refusal %q, want one for tokens", msg)
+	}
+}
+
+// switchLimiter is a limiter that hangs until the caller gives up while
+// down is set, and otherwise answers through next.
+type switchLimiter struct {
+	down  atomic.Bool
+	calls atomic.Int32
+	next  Limiter
+}
+
+func (l *switchLimiter) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+	l.calls.Add(1)
+	if l.down.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return l.next.ShouldRateLimit(ctx, in, opts...)
+}
+
+// TestLimiterDownIsProbed: once the limiter has failed three admissions in
+// a row, the next ones go straight to their tier's fallback without asking
+// it (not each waiting out the timeout), until a probe finds it back; then
+// it decides again.
+func TestLimiterDownIsProbed(t *testing.T) {
+	sw := &switchLimiter{}
+	h := newLimitHarness(t, sw)
+	sw.next = h.rls
+	l := &h.srv.limits
+	l.timeout, l.probeEvery = 100*time.Millisecond, time.Hour // no probe until the test asks for one
+	sw.down.Store(true)
+	limitHeader := func(key string) string {
+		t.Helper()
+		e, resp := h.chat(t, key, chatBody("local/llama"))
+		if resp.GetRequestBody() == nil {
+			t.Fatalf("refused: %v", resp)
+		}
+		rh := setHeaders(e.do(respHeaders("200", "application/json")).GetResponseHeaders().GetResponse().GetHeaderMutation())
+		return rh["x-ratelimit-limit-requests"]
+	}
+	for i := range 10 {
+		if got := limitHeader(standardKey); got != "20" {
+			t.Fatalf("request %d while the limiter is down: limit %q, want the local 20", i+1, got)
+		}
+	}
+	if n := sw.calls.Load(); n != limiterDownAfter {
+		t.Errorf("the limiter was asked %d times for 10 admissions while down, want %d", n, limiterDownAfter)
+	}
+	// The limiter is back; the next admission due to probe finds it.
+	sw.down.Store(false)
+	l.nextProbe.Store(0)
+	for i := range 3 {
+		if got := limitHeader(standardKey); got != "60" {
+			t.Fatalf("request %d after the limiter came back: limit %q, want the limiter's 60", i+1, got)
+		}
 	}
 }

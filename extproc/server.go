@@ -135,7 +135,7 @@ func New(opts Options) *Server {
 	if opts.Tracer != nil {
 		s.tracer = opts.Tracer.Tracer("github.com/switchyard-ai/switchyard/extproc")
 	}
-	s.limits = limiter{rls: opts.Limiter, timeout: opts.LimiterTimeout, metrics: opts.Metrics}
+	s.limits = limiter{rls: opts.Limiter, timeout: opts.LimiterTimeout, metrics: opts.Metrics, probeEvery: DefaultLimiterProbeInterval}
 	if opts.Limiter != nil {
 		s.limits.local = ratelimit.NewServer(ratelimit.Options{Clock: opts.LocalLimiterClock, Logger: s.log.With("component", "ratelimit-local")})
 	}
