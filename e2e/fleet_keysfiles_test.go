@@ -30,6 +30,17 @@ func TestMain(m *testing.M) {
 // replicas of a fleet.
 func fleetPair(t *testing.T) (a, b *stack) {
 	t.Helper()
+	storage := fleetStorageYAML(t)
+	a = newStack(t, stackOptions{extraYAML: storage})
+	b = newStack(t, stackOptions{extraYAML: storage})
+	return a, b
+}
+
+// fleetStorageYAML is the storage section of a fleet on a new PostgreSQL
+// database and S3 bucket, with the variables it names set and a data key
+// every replica shares.
+func fleetStorageYAML(t *testing.T) string {
+	t.Helper()
 	_, bucket := s3test.Bucket(t)
 	t.Setenv("SY_E2E_PG_DSN", pgtest.DSN(t))
 	t.Setenv("SY_E2E_S3_ACCESS", s3test.AccessKey)
@@ -39,7 +50,7 @@ func fleetPair(t *testing.T) (a, b *stack) {
 		t.Fatal(err)
 	}
 	t.Setenv(envelope.EnvKey, envelope.EncodeKey(key))
-	storage := fmt.Sprintf(`
+	return fmt.Sprintf(`
 storage:
   metadata:
     kind: postgres
@@ -53,9 +64,6 @@ storage:
     access_key_env: SY_E2E_S3_ACCESS
     secret_key_env: SY_E2E_S3_SECRET
 `, s3test.Endpoint(t), bucket)
-	a = newStack(t, stackOptions{extraYAML: storage})
-	b = newStack(t, stackOptions{extraYAML: storage})
-	return a, b
 }
 
 // TestFleetFilesAcrossReplicas: a file uploaded through one replica is

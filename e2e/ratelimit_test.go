@@ -377,8 +377,9 @@ func TestRevocationUnderLoad(t *testing.T) {
 }
 
 // TestLimiterUnreachable points the gateway at a rate limit service that is
-// not there: free keys are refused (fail closed), standard keys served
-// (fail open), and both counted on the admin metrics.
+// not there: free keys are refused (fail closed), standard keys served on
+// the replica's local fallback limits (local_replicas 1: the whole limit),
+// and both counted on the admin metrics.
 func TestLimiterUnreachable(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -402,8 +403,8 @@ func TestLimiterUnreachable(t *testing.T) {
 	var hdr *http.Response
 	if _, err := s.clientWith(std).Chat.Completions.New(context.Background(), chatParams("hi"), option.WithResponseInto(&hdr)); err != nil {
 		t.Errorf("standard key refused: %v", err)
-	} else if hdr.Header.Get("x-ratelimit-limit-requests") != "60" {
-		t.Errorf("fail-open limit header = %q", hdr.Header.Get("x-ratelimit-limit-requests"))
+	} else if hdr.Header.Get("x-ratelimit-limit-requests") != "60" || hdr.Header.Get("x-ratelimit-remaining-requests") != "59" {
+		t.Errorf("local fallback limit headers = %q, %q remaining", hdr.Header.Get("x-ratelimit-limit-requests"), hdr.Header.Get("x-ratelimit-remaining-requests"))
 	}
 	// The failed charge at the end of the standard key's response is made
 	// after the client has its answer: poll.
@@ -415,7 +416,7 @@ func TestLimiterUnreachable(t *testing.T) {
 	}
 	for _, line := range []string{
 		`switchyard_ratelimit_limiter_errors_total{tier="free",action="denied"} 1`,
-		`switchyard_ratelimit_limiter_errors_total{tier="standard",action="allowed"} 1`,
+		`switchyard_ratelimit_limiter_errors_total{tier="standard",action="local"} 1`,
 		`switchyard_ratelimit_charge_errors_total{source="dataplane"} 1`,
 	} {
 		if !strings.Contains(m, line) {

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -33,6 +34,20 @@ type Limiter interface {
 // tier's on_limiter_error decides.
 const DefaultLimiterTimeout = 500 * time.Millisecond
 
+// The limiter is down after limiterDownAfter failures in a row to reach it
+// (one slow answer under load must not turn away everyone's requests).
+// While it is down, one admission per DefaultLimiterProbeInterval asks it
+// whether it is back; the others go straight to their tier's
+// on_limiter_error instead of each waiting out the timeout.
+const (
+	limiterDownAfter            = 3
+	DefaultLimiterProbeInterval = 250 * time.Millisecond
+)
+
+// errLimiterSkipped stands for the answer the limiter was not asked for
+// while it is down (limiter.skip).
+var errLimiterSkipped = errors.New("limiter down: not asked until the next probe")
+
 // Token estimate constants (see estimatePromptTokens).
 const (
 	bytesPerToken     = 4
@@ -60,10 +75,45 @@ type limiter struct {
 	// counted (admitBatchLine).
 	batchLocks [64]sync.Mutex
 	over       overLimit // keys refused until their window resets (overlimit.go)
+	// down: the limiter's last limiterDownAfter answers (failures counts
+	// them) were failures to reach it; until it answers again, only one
+	// admission per probeEvery asks it (the one that moves nextProbe, Unix
+	// nanoseconds).
+	failures   atomic.Int32
+	down       atomic.Bool
+	nextProbe  atomic.Int64
+	probeEvery time.Duration
+	// local counts the requests of tiers with on_limiter_error local
+	// while the limiter cannot decide: envoyproxy/ratelimit's service on
+	// this process's memory (ratelimit.MemoryCache), each key's limits
+	// divided by its tier's local_replicas.
+	local *ratelimit.Server
 }
 
 // setTiers is called with every catalog extproc accepts.
-func (l *limiter) setTiers(t map[string]config.Tier) { l.tiers.Store(&t) }
+func (l *limiter) setTiers(t map[string]config.Tier) {
+	l.tiers.Store(&t)
+	if l.local != nil {
+		// Local calls carry every limit as an override; the domain's
+		// configuration only has to be there.
+		_ = l.local.SetConfig(ratelimit.BuildConfig(t))
+	}
+}
+
+// localRLS is the local fallback as a Limiter.
+type localRLS struct{ *ratelimit.Server }
+
+func (l localRLS) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, _ ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+	return l.Server.ShouldRateLimit(ctx, in)
+}
+
+// localLimits are the limits the local fallback counts a key against:
+// its limits divided by the tier's local_replicas, rounded up, always sent
+// as overrides.
+func localLimits(lim ratelimit.Limits, tier config.Tier) ratelimit.Limits {
+	n := int64(max(tier.LocalReplicas, 1))
+	return ratelimit.Limits{RPM: (lim.RPM + n - 1) / n, TPM: (lim.TPM + n - 1) / n, CustomRPM: true, CustomTPM: true}
+}
 
 // limitState is one request's rate limiting state.
 type limitState struct {
@@ -81,6 +131,11 @@ type limitState struct {
 	// reserved is what admission charged already (a batch line's
 	// estimate); the charges at the end add the rest.
 	reserved int64
+	// local: the limiter could not decide and the tier's
+	// on_limiter_error local admitted the request on this replica's
+	// counters (lim is then the divided limits); its tokens are charged
+	// there when it ends (chargeLocal).
+	local bool
 }
 
 // admit charges the request to its key's requests-per-minute limit and
@@ -119,14 +174,21 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 	}
 	estimate := estimateFn()
 	if st.origin == catalog.OriginBatch {
-		return st.admitBatchLine(ctx, tiers[st.key.Tier], lim, estimate)
+		return st.admitBatchLine(ctx, l.rls, tiers[st.key.Tier], lim, estimate)
 	}
+	return st.admitOn(ctx, l.rls, tiers[st.key.Tier], lim, estimate)
+}
+
+// admitOn is admit's decision on the limiter rls: the fleet's, or the
+// local fallback (st.limits.local set).
+func (st *stream) admitOn(ctx context.Context, rls Limiter, tier config.Tier, lim ratelimit.Limits, estimate int64) *extprocv3.ProcessingResponse {
+	l := &st.srv.limits
 	id := st.key.LimitID()
-	check, err := l.call(ctx,
+	check, err := l.call(ctx, rls,
 		ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 0),
 		ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0))
 	if err != nil {
-		return st.limiterFailed(ctx, err, tiers[st.key.Tier], lim)
+		return st.limiterFailed(ctx, err, tier, lim, estimate)
 	}
 	rq, tk := check[0], check[1]
 	tokensLeft := int64(tk.GetLimitRemaining())
@@ -134,9 +196,9 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 		tokensLeft = 0
 	}
 	if rq.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT && tokensLeft >= estimate {
-		counted, err := l.call(ctx, ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 1))
+		counted, err := l.call(ctx, rls, ratelimit.RequestsDescriptor(st.key.Tier, id, lim, 1))
 		if err != nil {
-			return st.limiterFailed(ctx, err, tiers[st.key.Tier], lim)
+			return st.limiterFailed(ctx, err, tier, lim, estimate)
 		}
 		rq = counted[0]
 	}
@@ -178,15 +240,26 @@ func (st *stream) admit(ctx context.Context, estimateFn func() int64) *extprocv3
 // using up the window for nothing. (A client request of the key charged
 // between the two calls can still make the reservation fail; that line
 // waits for the next window.)
-func (st *stream) admitBatchLine(ctx context.Context, tier config.Tier, lim ratelimit.Limits, estimate int64) *extprocv3.ProcessingResponse {
+func (st *stream) admitBatchLine(ctx context.Context, rls Limiter, tier config.Tier, lim ratelimit.Limits, estimate int64) *extprocv3.ProcessingResponse {
+	resp, err := st.batchLineOn(ctx, rls, lim, estimate)
+	if err != nil {
+		// Out of the key's lock: the local fallback takes it again.
+		return st.limiterFailed(ctx, err, tier, lim, estimate)
+	}
+	return resp
+}
+
+// batchLineOn is admitBatchLine's decision on rls, under the key's lock;
+// an error means rls could not decide.
+func (st *stream) batchLineOn(ctx context.Context, rls Limiter, lim ratelimit.Limits, estimate int64) (*extprocv3.ProcessingResponse, error) {
 	l := &st.srv.limits
 	id := st.key.LimitID()
 	mu := &l.batchLocks[stripe(id, len(l.batchLocks))]
 	mu.Lock()
 	defer mu.Unlock()
-	check, err := l.call(ctx, ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0))
+	check, err := l.call(ctx, rls, ratelimit.TokensDescriptor(st.key.Tier, id, lim, 0))
 	if err != nil {
-		return st.limiterFailed(ctx, err, tier, lim)
+		return nil, err
 	}
 	tk := check[0]
 	tokensLeft := int64(tk.GetLimitRemaining())
@@ -194,13 +267,13 @@ func (st *stream) admitBatchLine(ctx context.Context, tier config.Tier, lim rate
 		tokensLeft = 0
 	}
 	if tokensLeft >= estimate {
-		reserved, err := l.call(ctx, ratelimit.TokensDescriptor(st.key.Tier, id, lim, uint64(estimate)))
+		reserved, err := l.call(ctx, rls, ratelimit.TokensDescriptor(st.key.Tier, id, lim, uint64(estimate)))
 		if err != nil {
-			return st.limiterFailed(ctx, err, tier, lim)
+			return nil, err
 		}
 		if tk = reserved[0]; tk.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 			st.limits.metered, st.limits.lim, st.limits.estimate, st.limits.reserved = true, lim, estimate, estimate
-			return nil
+			return nil, nil
 		}
 		tokensLeft = 0
 	}
@@ -210,7 +283,7 @@ func (st *stream) admitBatchLine(ctx context.Context, tier config.Tier, lim rate
 	if estimate <= limit {
 		st.limits.headers = []*corev3.HeaderValueOption{setHeader(catalog.PacedHeader, apierror.TypeTokens)}
 	}
-	return st.tooMany(apierror.TypeTokens, "tokens per minute (TPM)", limit, limit-tokensLeft, estimate, tk)
+	return st.tooMany(apierror.TypeTokens, "tokens per minute (TPM)", limit, limit-tokensLeft, estimate, tk), nil
 }
 
 // stripe picks one of n locks for s (FNV-1a).
@@ -222,12 +295,27 @@ func stripe(s string, n int) int {
 	return int(h % uint32(n))
 }
 
-// call makes one admission call to the limiter, bounded by its timeout,
-// and returns the statuses of ds once checkAnswer accepts them.
-func (l *limiter) call(ctx context.Context, ds ...*ratelimitv3.RateLimitDescriptor) ([]*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+// call makes one admission call to rls, bounded by the limiter timeout,
+// and returns the statuses of ds once checkAnswer accepts them. While the
+// fleet's limiter is down it is asked only by the probe (skip).
+func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.RateLimitDescriptor) ([]*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	_, local := rls.(localRLS)
+	if !local && l.skip() {
+		return nil, errLimiterSkipped
+	}
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	resp, err := l.rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: ratelimit.Domain, Descriptors: ds})
+	resp, err := rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: ratelimit.Domain, Descriptors: ds})
+	if !local {
+		switch {
+		case err == nil:
+			l.failures.Store(0)
+			l.down.Store(false)
+		case ctx.Err() == nil && l.failures.Add(1) >= limiterDownAfter: // not merely the request going away
+			l.nextProbe.Store(time.Now().Add(l.probeEvery).UnixNano())
+			l.down.Store(true)
+		}
+	}
 	if err == nil {
 		err = checkAnswer(resp, len(ds))
 	}
@@ -235,6 +323,18 @@ func (l *limiter) call(ctx context.Context, ds ...*ratelimitv3.RateLimitDescript
 		return nil, err
 	}
 	return resp.GetStatuses(), nil
+}
+
+// skip reports whether an admission should not ask the limiter: it is down
+// and this is not the probe, the one admission per probeEvery that asks.
+// Its answer ends the outage (call), or starts the next interval.
+func (l *limiter) skip() bool {
+	if !l.down.Load() {
+		return false
+	}
+	next := l.nextProbe.Load()
+	now := time.Now().UnixNano()
+	return now < next || !l.nextProbe.CompareAndSwap(next, now+int64(l.probeEvery))
 }
 
 // chargeUnreported charges the key's tokens per minute for a request that
@@ -280,6 +380,33 @@ func (st *stream) chargeUnreported(ctx context.Context) {
 		"status", st.status, "tokens", hits)
 }
 
+// chargeLocal charges the tokens of a request the local fallback admitted
+// to this replica's counters, when it ends: its usage, or, if none was
+// seen, the prompt estimate plus the completion relayed so far (as
+// chargeUnreported counts it), minus what admission reserved. (The data
+// plane's stream-end charge goes to the fleet's limiter, which was down.)
+func (st *stream) chargeLocal(ctx context.Context) {
+	lm := &st.limits
+	if !lm.local || !lm.metered || !st.routed || (st.status >= 300 && !st.haveUsage) {
+		return
+	}
+	total := st.usage.TotalTokens
+	if !st.haveUsage {
+		total = lm.estimate + (st.sse.generated+bytesPerToken-1)/bytesPerToken
+	}
+	hits := total - lm.reserved
+	if hits <= 0 {
+		return
+	}
+	l := &st.srv.limits
+	if _, err := l.local.ShouldRateLimit(context.WithoutCancel(ctx), &rlsv3.RateLimitRequest{
+		Domain:      ratelimit.Domain,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{ratelimit.TokensDescriptor(st.key.Tier, st.key.LimitID(), lm.lim, uint64(hits))},
+	}); err != nil {
+		st.srv.log.Warn("extproc: charging the local rate limiter failed", "request_id", st.requestID, "key_id", st.key.ID, "error", err)
+	}
+}
+
 // checkAnswer rejects an answer that does not decide both descriptors: a
 // missing status, or a descriptor the limiter has no limit for (a tier it
 // has not been configured with yet), which would otherwise silently mean
@@ -312,14 +439,29 @@ func (st *stream) tooMany(typ, what string, limit, used, requested int64, s *rls
 }
 
 // limiterFailed applies the tier's on_limiter_error when the limiter could
-// not decide: deny answers 503; allow serves the request unmetered, with
-// only the limit headers (the remaining counts are unknown).
-func (st *stream) limiterFailed(ctx context.Context, err error, tier config.Tier, lim ratelimit.Limits) *extprocv3.ProcessingResponse {
+// not decide: deny answers 503; local decides on this replica's counters
+// against the key's limits divided by the tier's local_replicas; allow
+// serves the request unmetered, with only the limit headers (the
+// remaining counts are unknown). A failure of the local fallback itself
+// answers 503.
+func (st *stream) limiterFailed(ctx context.Context, err error, tier config.Tier, lim ratelimit.Limits, estimate int64) *extprocv3.ProcessingResponse {
 	l := &st.srv.limits
-	deny := tier.OnLimiterError != config.LimiterAllow // unset (no catalog tier): deny
-	action := "allowed"
-	if deny {
-		action = "denied"
+	if st.limits.local {
+		st.srv.log.Error("extproc: local rate limiter failed", "request_id", st.requestID, "error", err)
+		return immediate(errLimiterDown, "retry-after", "1")
+	}
+	mode := tier.OnLimiterError
+	if mode == config.LimiterLocal && l.local == nil {
+		mode = config.LimiterDeny
+	}
+	var action string
+	switch mode {
+	case config.LimiterAllow:
+		action = "allowed"
+	case config.LimiterLocal:
+		action = "local"
+	default: // deny, or unset (no catalog tier)
+		mode, action = config.LimiterDeny, "denied"
 	}
 	if ctx.Err() == nil { // not merely Envoy going away
 		l.metrics.LimiterErrors.Inc(st.key.Tier, action)
@@ -328,8 +470,15 @@ func (st *stream) limiterFailed(ctx context.Context, err error, tier config.Tier
 				"action", action, "error", err, "suppressed_since_last", n)
 		}
 	}
-	if deny {
+	switch mode {
+	case config.LimiterDeny:
 		return immediate(errLimiterDown, "retry-after", "1")
+	case config.LimiterLocal:
+		st.limits.local = true
+		if st.origin == catalog.OriginBatch {
+			return st.admitBatchLine(ctx, localRLS{l.local}, tier, localLimits(lim, tier), estimate)
+		}
+		return st.admitOn(ctx, localRLS{l.local}, tier, localLimits(lim, tier), estimate)
 	}
 	st.limits.headers = []*corev3.HeaderValueOption{
 		setHeader("x-ratelimit-limit-requests", strconv.FormatInt(lim.RPM, 10)),

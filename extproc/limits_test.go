@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ const (
 	bareEntKey    = "sk-sy-BAREENTbareentBAREENTbareentBAREENTbare123"
 	allowListKey  = "sk-sy-ALLOWLISTallowlistALLOWLISTallowlistAL123"
 	rotatedKey    = "sk-sy-ROTATEDrotatedROTATEDrotatedROTATEDrota123"
+	openKey       = "sk-sy-OPENopenOPENopenOPENopenOPENopenOPENope123"
 )
 
 // limitClock is 18 s into a minute: every window the tests touch resets in
@@ -58,6 +60,11 @@ providers: [{name: local, kind: openai, base_url: "http://127.0.0.1:8091/v1"}]
 models:
   - {id: local/llama, providers: [{provider: local, upstream_model: llama}]}
   - {id: local/other, providers: [{provider: local, upstream_model: other}]}
+tiers:
+  # While the limiter is down: standard falls back to a third of its
+  # limits on this replica, open is served unmetered, free is refused.
+  standard: {rpm: 60, tpm: 200000, local_replicas: 3}
+  open: {rpm: 60, tpm: 200000, on_limiter_error: allow}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -94,10 +101,12 @@ models:
 			bareEntKey:    {ID: "key_bare", Tier: "enterprise"},
 			allowListKey:  {ID: "key_allow", Tier: "standard", Models: []string{"local/llama"}},
 			rotatedKey:    {ID: "key_new", Lineage: "key_first", Tier: "free"},
+			openKey:       {ID: "key_open", Tier: "open"},
 		},
-		Limiter: lim,
-		Metrics: metrics,
-		Logger:  slog.New(slog.NewTextHandler(logs, nil)),
+		Limiter:           lim,
+		LocalLimiterClock: limitClock{},
+		Metrics:           metrics,
+		Logger:            slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	if err := srv.SetCatalog(catalog.FromConfig(cfg)); err != nil {
 		t.Fatal(err)
@@ -333,10 +342,10 @@ func TestLimiterUnavailable(t *testing.T) {
 			if hdr := setHeaders(resp.GetImmediateResponse().GetHeaders()); hdr["retry-after"] != "1" {
 				t.Errorf("retry-after = %q", hdr["retry-after"])
 			}
-			// Standard fails open, with only the limits it knows.
-			e, resp := h.chat(t, standardKey, chatBody("local/llama"))
+			// on_limiter_error allow fails open, with only the limits it knows.
+			e, resp := h.chat(t, openKey, chatBody("local/llama"))
 			if resp.GetRequestBody() == nil {
-				t.Fatalf("standard refused: %v", resp)
+				t.Fatalf("open refused: %v", resp)
 			}
 			rh := setHeaders(e.do(respHeaders("200", "application/json")).GetResponseHeaders().GetResponse().GetHeaderMutation())
 			if rh["x-ratelimit-limit-requests"] != "60" || rh["x-ratelimit-limit-tokens"] != "200000" {
@@ -345,8 +354,34 @@ func TestLimiterUnavailable(t *testing.T) {
 			if _, ok := rh["x-ratelimit-remaining-requests"]; ok {
 				t.Errorf("fail-open response claims to know the remaining requests: %v", rh)
 			}
-			if h.metrics.LimiterErrors.Value("free", "denied") != 1 || h.metrics.LimiterErrors.Value("standard", "allowed") != 1 {
-				t.Errorf("limiter error counters wrong")
+			// Standard (local, local_replicas 3) falls back to this
+			// replica's counters: exactly 20 of its 60 requests a minute,
+			// then OpenAI's 429, decided in the body phase every time (a
+			// local refusal is not remembered past the fleet limiter's
+			// return).
+			for i := range 20 {
+				e, resp := h.chat(t, standardKey, chatBody("local/llama"))
+				if resp.GetRequestBody() == nil {
+					t.Fatalf("standard request %d refused: %v", i+1, resp)
+				}
+				if i == 0 {
+					rh := setHeaders(e.do(respHeaders("200", "application/json")).GetResponseHeaders().GetResponse().GetHeaderMutation())
+					if rh["x-ratelimit-limit-requests"] != "20" || rh["x-ratelimit-remaining-requests"] != "19" || rh["x-ratelimit-limit-tokens"] != "66667" {
+						t.Errorf("local fallback headers = %v, want the local limits (20 requests, 66667 tokens) and 19 remaining", rh)
+					}
+				}
+			}
+			for range 2 {
+				_, resp = h.chat(t, standardKey, chatBody("local/llama"))
+				if msg := wantImmediate(t, resp, 429, "rate_limit_exceeded", ""); !strings.Contains(msg, "requests per minute (RPM)") || !strings.Contains(msg, "Limit 20") {
+					t.Errorf("local refusal message %q", msg)
+				}
+			}
+			if h.metrics.LimiterErrors.Value("free", "denied") != 1 || h.metrics.LimiterErrors.Value("open", "allowed") != 1 ||
+				h.metrics.LimiterErrors.Value("standard", "local") != 22 {
+				t.Errorf("limiter error counters wrong: free denied %v, open allowed %v, standard local %v",
+					h.metrics.LimiterErrors.Value("free", "denied"), h.metrics.LimiterErrors.Value("open", "allowed"),
+					h.metrics.LimiterErrors.Value("standard", "local"))
 			}
 			if !strings.Contains(h.logs.String(), "rate limiter unavailable") {
 				t.Errorf("not logged:\n%s", h.logs.String())
@@ -424,6 +459,97 @@ func TestRateLimitHeadersBlock(t *testing.T) {
 		v0.RawValue = append(v0.RawValue, "xyz"...)
 		if !proto.Equal(got[1], want[1]) {
 			t.Errorf("appending to the first value changed the second: %v", got[1])
+		}
+	}
+}
+
+// TestLocalFallbackChargesTokens: a request the local fallback admitted is
+// charged its tokens on this replica's counters when it ends (the data
+// plane's charge goes to the fleet's limiter, which is down), so the key's
+// next request whose estimate its remaining tokens do not cover is refused
+// for tokens.
+func TestLocalFallbackChargesTokens(t *testing.T) {
+	h := newLimitHarness(t, downLimiter{}) // enterprise key: 2 requests, 100 tokens; local_replicas 1
+	e, resp := h.chat(t, enterpriseKey, chatBody("local/llama"))
+	if resp.GetRequestBody() == nil {
+		t.Fatalf("refused: %v", resp)
+	}
+	e.do(respHeaders("200", "application/json"))
+	e.do(respBody(`{"id":"c","object":"chat.completion","created":1,"model":"local/llama","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":80,"completion_tokens":10,"total_tokens":90}}`, true))
+	_ = e.stream.CloseSend()
+	// The charge is made when the Process stream ends, after the last reply.
+	local := localRLS{h.srv.limits.local}
+	lim := ratelimit.Limits{TPM: 100, CustomTPM: true}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r, err := local.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: ratelimit.Domain,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{ratelimit.TokensDescriptor("enterprise", "key_ent", lim, 0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.GetStatuses()[0].GetLimitRemaining() == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("local tokens remaining %d, want 10 after the 90-token response", r.GetStatuses()[0].GetLimitRemaining())
+		}
+	}
+	_, resp = h.chat(t, enterpriseKey, `{"model":"local/llama","messages":[{"role":"user","content":"`+strings.Repeat("word ", 20)+`"}]}`)
+	if msg := wantImmediate(t, resp, 429, "rate_limit_exceeded", ""); !strings.Contains(msg, "tokens per minute (TPM)") {
+		t.Errorf("refusal %q, want one for tokens", msg)
+	}
+}
+
+// switchLimiter is a limiter that hangs until the caller gives up while
+// down is set, and otherwise answers through next.
+type switchLimiter struct {
+	down  atomic.Bool
+	calls atomic.Int32
+	next  Limiter
+}
+
+func (l *switchLimiter) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest, opts ...grpc.CallOption) (*rlsv3.RateLimitResponse, error) {
+	l.calls.Add(1)
+	if l.down.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return l.next.ShouldRateLimit(ctx, in, opts...)
+}
+
+// TestLimiterDownIsProbed: once the limiter has failed three admissions in
+// a row, the next ones go straight to their tier's fallback without asking
+// it (not each waiting out the timeout), until a probe finds it back; then
+// it decides again.
+func TestLimiterDownIsProbed(t *testing.T) {
+	sw := &switchLimiter{}
+	h := newLimitHarness(t, sw)
+	sw.next = h.rls
+	l := &h.srv.limits
+	l.timeout, l.probeEvery = 100*time.Millisecond, time.Hour // no probe until the test asks for one
+	sw.down.Store(true)
+	limitHeader := func(key string) string {
+		t.Helper()
+		e, resp := h.chat(t, key, chatBody("local/llama"))
+		if resp.GetRequestBody() == nil {
+			t.Fatalf("refused: %v", resp)
+		}
+		rh := setHeaders(e.do(respHeaders("200", "application/json")).GetResponseHeaders().GetResponse().GetHeaderMutation())
+		return rh["x-ratelimit-limit-requests"]
+	}
+	for i := range 10 {
+		if got := limitHeader(standardKey); got != "20" {
+			t.Fatalf("request %d while the limiter is down: limit %q, want the local 20", i+1, got)
+		}
+	}
+	if n := sw.calls.Load(); n != limiterDownAfter {
+		t.Errorf("the limiter was asked %d times for 10 admissions while down, want %d", n, limiterDownAfter)
+	}
+	// The limiter is back; the next admission due to probe finds it.
+	sw.down.Store(false)
+	l.nextProbe.Store(0)
+	for i := range 3 {
+		if got := limitHeader(standardKey); got != "60" {
+			t.Fatalf("request %d after the limiter came back: limit %q, want the limiter's 60", i+1, got)
 		}
 	}
 }

@@ -66,7 +66,9 @@ func (o *overLimit) check(id string, lim ratelimit.Limits, now time.Time) *overE
 // rememberOverLimit notes a refusal whose limit is used up (not merely
 // too small for this request's estimate).
 func (st *stream) rememberOverLimit(typ, what string, limit, used int64, wait int64) {
-	if used < limit {
+	if used < limit || st.limits.local {
+		// The local fallback's refusals are this replica's alone, and
+		// must not outlive the fleet limiter's return.
 		return
 	}
 	l := &st.srv.limits

@@ -69,6 +69,10 @@ type Options struct {
 	Limiter Limiter
 	// LimiterTimeout bounds each limiter call; DefaultLimiterTimeout if 0.
 	LimiterTimeout time.Duration
+	// LocalLimiterClock is the clock of the local fallback limiter
+	// (on_limiter_error local); nil: the system clock. Tests fix it so no
+	// run straddles a window boundary.
+	LocalLimiterClock ratelimit.Clock
 	// Metrics, if not nil, counts rate-limiting outcomes.
 	Metrics *ratelimit.Metrics
 	// InternalToken, when set, is the token the backends present to act on
@@ -131,7 +135,10 @@ func New(opts Options) *Server {
 	if opts.Tracer != nil {
 		s.tracer = opts.Tracer.Tracer("github.com/switchyard-ai/switchyard/extproc")
 	}
-	s.limits = limiter{rls: opts.Limiter, timeout: opts.LimiterTimeout, metrics: opts.Metrics}
+	s.limits = limiter{rls: opts.Limiter, timeout: opts.LimiterTimeout, metrics: opts.Metrics, probeEvery: DefaultLimiterProbeInterval}
+	if opts.Limiter != nil {
+		s.limits.local = ratelimit.NewServer(ratelimit.Options{Clock: opts.LocalLimiterClock, Logger: s.log.With("component", "ratelimit-local")})
+	}
 	if s.limits.metrics == nil {
 		s.limits.metrics = ratelimit.NewMetrics()
 	}

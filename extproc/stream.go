@@ -181,5 +181,6 @@ func (st *stream) finish(ctx context.Context) {
 		st.setUsage(st.sse.usage)
 	}
 	st.chargeUnreported(ctx)
+	st.chargeLocal(ctx)
 	st.recordUsage(ctx)
 }

@@ -7,17 +7,19 @@ import (
 	"io"
 	"strings"
 
-	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/gateway"
 	usagedb "github.com/switchyard-ai/switchyard/internal/usage"
 )
 
 const usageUsage = `switchyard usage: what keys used and spent, per day (UTC), key and model
 
-  usage --data-dir DIR [--key KEY_OR_ID] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format json|csv]
+  usage [--data-dir DIR | --config FILE] [--key KEY_OR_ID] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--format json|csv]
 
-Without --key, every key's rows. Days are inclusive. A running gateway writes
-its counts every 5 s, so the last seconds may be missing (the admin API's
-GET /admin/v1/usage includes them).
+Without --key, every key's rows. Days are inclusive. With --config, its
+storage section says where usage is kept (PostgreSQL: every replica's,
+the DSN from the variable storage.metadata.dsn_env names). A running
+gateway writes its counts every 5 s, so the last seconds may be missing
+(the admin API's GET /admin/v1/usage includes them).
 `
 
 // cmdUsage is `switchyard usage`.
@@ -25,7 +27,8 @@ func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usageUsage) }
-	dataDir := fs.String("data-dir", ".data", "the gateway's data directory")
+	dataDir := fs.String("data-dir", ".data", "the gateway's data directory (SQLite storage)")
+	cfgPath := fs.String("config", "", "configuration: its storage section says where usage and keys are (default: SQLite in --data-dir)")
 	key := fs.String("key", "", "a key or key id (default: every key)")
 	since := fs.String("since", "", "first day, YYYY-MM-DD (default: the first)")
 	until := fs.String("until", "", "last day, YYYY-MM-DD (default: the last)")
@@ -40,9 +43,13 @@ func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := q.Validate(); err != nil {
 		return err
 	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
 	if *key != "" {
 		// A secret or an id names the key; rows are kept by id.
-		ks, err := keys.OpenSQLite(ctx, *dataDir)
+		ks, err := gateway.OpenKeyStore(ctx, cfg.Storage, *dataDir)
 		if err != nil {
 			return err
 		}
@@ -53,7 +60,7 @@ func cmdUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		q.KeyID = k.ID
 	}
-	store, err := usagedb.OpenSQLite(ctx, *dataDir)
+	store, err := gateway.OpenUsageStore(ctx, cfg.Storage, *dataDir)
 	if err != nil {
 		return err
 	}

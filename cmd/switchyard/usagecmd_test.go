@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,10 @@ import (
 
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/keys"
+	"github.com/switchyard-ai/switchyard/internal/pgdb"
 	"github.com/switchyard-ai/switchyard/internal/testing/fake"
+	"github.com/switchyard-ai/switchyard/internal/testing/pgtest"
 	usagedb "github.com/switchyard-ai/switchyard/internal/usage"
 )
 
@@ -105,5 +110,56 @@ models:
 		if _, _, err := runCLI(t, append([]string{"usage", "--data-dir", dir}, args...)...); err == nil {
 			t.Errorf("usage %v succeeded", args)
 		}
+	}
+}
+
+// TestUsageCLIPostgres: with --config naming PostgreSQL storage, `switchyard
+// usage` reads the fleet's usage (what every replica wrote) and finds the
+// key given by its secret in the fleet's key store.
+func TestUsageCLIPostgres(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	t.Setenv("SY_TEST_PG_DSN", dsn)
+	cfgPath := filepath.Join(t.TempDir(), "fleet.yaml")
+	src := string(mustRead(t, "../../internal/config/default.yaml")) + `
+storage:
+  metadata: {kind: postgres, dsn_env: SY_TEST_PG_DSN}
+`
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "keys", "create", "--config", cfgPath, "--name", "fleet", "--tier", "standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := lastLine(out)
+	ks, err := keys.OpenPostgres(ctx, dsn, pgdb.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ks.Get(ctx, secret)
+	ks.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two replicas' flushes of the same day, key and model.
+	store, err := usagedb.OpenPostgres(ctx, dsn, pgdb.Pool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	row := usagedb.Row{Day: "2026-11-03", KeyID: k.ID, LimitID: k.ID, Model: "demo/chat", Requests: 2, InputTokens: 10, OutputTokens: 5, CostMicros: 7}
+	for range 2 {
+		if err := store.Add(ctx, []usagedb.Row{row}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _, err = runCLI(t, "usage", "--config", cfgPath, "--key", secret, "--format", "csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("2026-11-03,%s,%s,demo/chat,4,20,0,10,0,14,", k.ID, k.ID)
+	if !strings.Contains(out, want) {
+		t.Fatalf("usage --config printed\n%s\nwant a line starting %s", out, want)
 	}
 }

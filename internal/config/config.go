@@ -283,11 +283,19 @@ type Tier struct {
 	RPM int `yaml:"rpm" json:"rpm,omitempty"`
 	TPM int `yaml:"tpm" json:"tpm,omitempty"`
 	// OnLimiterError is what happens to this tier's requests while the rate
-	// limiter cannot be reached: LimiterDeny (answer 503) or LimiterAllow
+	// limiter cannot decide (the ratelimit service or its Redis is down):
+	// LimiterDeny (answer 503), LimiterLocal (count them in this replica's
+	// memory against 1/LocalReplicas of the key's limits) or LimiterAllow
 	// (serve them unmetered). It defaults to deny for the free tier, whose
 	// traffic is the cheapest to turn away and the likeliest to be abuse,
-	// and to allow for every other tier, whose customers pay to be served.
+	// and to local for every other tier, whose customers pay to be served
+	// but whose limits still bound what a runaway client costs.
 	OnLimiterError string `yaml:"on_limiter_error" json:"on_limiter_error,omitempty"`
+	// LocalReplicas is what on_limiter_error local divides the limits by
+	// (rounding up): the number of replicas sharing the traffic, so the
+	// fleet together stays near the key's limits. 0 means 1: each replica
+	// allows the whole limit, so the fleet allows up to replicas × limit.
+	LocalReplicas int `yaml:"local_replicas" json:"local_replicas,omitempty"`
 	// BatchLinesPerDay bounds the request lines of the batches one key (its
 	// rotation chain) creates in any 24 hours, checked when a batch is
 	// created; -1 means no bound. Unset (0), the built-in tiers get
@@ -306,6 +314,7 @@ func (t Tier) BatchLineAllowance() (lines int64, limited bool) {
 // Tier.OnLimiterError values.
 const (
 	LimiterDeny  = "deny"
+	LimiterLocal = "local"
 	LimiterAllow = "allow"
 )
 
@@ -497,7 +506,7 @@ func (c *Config) applyTierDefaults() {
 	}
 	for name, t := range c.Tiers {
 		if t.OnLimiterError == "" {
-			t.OnLimiterError = LimiterAllow
+			t.OnLimiterError = LimiterLocal
 			if name == "free" {
 				t.OnLimiterError = LimiterDeny
 			}
@@ -842,8 +851,11 @@ func (v *validator) checkTiers(tiers map[string]Tier) {
 		if t.BatchLinesPerDay < -1 {
 			v.fail("must be a number of lines, or -1 for no bound", "tiers", name, "batch_lines_per_day")
 		}
-		if t.OnLimiterError != LimiterDeny && t.OnLimiterError != LimiterAllow {
-			v.fail(fmt.Sprintf("must be %q or %q", LimiterDeny, LimiterAllow), "tiers", name, "on_limiter_error")
+		if t.OnLimiterError != LimiterDeny && t.OnLimiterError != LimiterLocal && t.OnLimiterError != LimiterAllow {
+			v.fail(fmt.Sprintf("must be %q, %q or %q", LimiterDeny, LimiterLocal, LimiterAllow), "tiers", name, "on_limiter_error")
+		}
+		if t.LocalReplicas < 0 {
+			v.fail("must be a number of replicas (0 or unset: 1)", "tiers", name, "local_replicas")
 		}
 	}
 }

@@ -67,6 +67,8 @@ func TestParseErrorsNameFieldAndLine(t *testing.T) {
 		{"forwarded internal header", [2]string{"kind: openai", "kind: openai\n    forward_headers: [x-switchyard-model]"}, []string{"providers[0].forward_headers[0]", "never forwarded"}},
 		{"forwarded header name", [2]string{"kind: openai", "kind: openai\n    forward_headers: [\"X Beta\"]"}, []string{"providers[0].forward_headers[0]", "header name"}},
 		{"bad batch allowance", [2]string{"models:", "tiers: {gold: {rpm: 5, tpm: 5, batch_lines_per_day: -2}}\nmodels:"}, []string{"tiers", "gold", "batch_lines_per_day"}},
+		{"unknown limiter failure mode", [2]string{"models:", "tiers: {gold: {rpm: 5, tpm: 5, on_limiter_error: open}}\nmodels:"}, []string{"tiers", "gold", "on_limiter_error", `"local"`}},
+		{"negative local replicas", [2]string{"models:", "tiers: {gold: {rpm: 5, tpm: 5, on_limiter_error: local, local_replicas: -1}}\nmodels:"}, []string{"tiers", "gold", "local_replicas"}},
 		{"negative price", [2]string{"- id: acme/m1", "- id: acme/m1\n    pricing: {input: 1, output: -2}"}, []string{"test.yaml:10:", "models[0].pricing.output", "between 0 and"}},
 		{"price in words", [2]string{"- id: acme/m1", "- id: acme/m1\n    pricing: {input: cheap}"}, []string{"test.yaml:10:", "models[0].pricing.input", "is not a number"}},
 		{"bad outlier detection", [2]string{"models:", "outlier_detection: {consecutive_failures: -1}\nmodels:"}, []string{"outlier_detection", "consecutive_failures"}},
@@ -216,6 +218,29 @@ models:`, 1)
 		if n, limited := c.Tiers[tier].BatchLineAllowance(); limited != (want >= 0) || (limited && n != want) {
 			t.Errorf("%s: BatchLineAllowance = %d, %v", tier, n, limited)
 		}
+	}
+}
+
+// TestOnLimiterErrorDefaults: free fails closed, every other tier falls
+// back to local limits; an explicit choice is kept.
+func TestOnLimiterErrorDefaults(t *testing.T) {
+	src := strings.Replace(good, "models:", `tiers:
+  gold: {rpm: 100, tpm: 1000}
+  open: {rpm: 100, tpm: 1000, on_limiter_error: allow}
+  split: {rpm: 100, tpm: 1000, on_limiter_error: local, local_replicas: 3}
+models:`, 1)
+	c, err := Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tier, want := range map[string]string{"free": LimiterDeny, "standard": LimiterLocal, "enterprise": LimiterLocal,
+		"gold": LimiterLocal, "open": LimiterAllow, "split": LimiterLocal} {
+		if got := c.Tiers[tier].OnLimiterError; got != want {
+			t.Errorf("%s: on_limiter_error = %q, want %q", tier, got, want)
+		}
+	}
+	if n := c.Tiers["split"].LocalReplicas; n != 3 {
+		t.Errorf("split: local_replicas = %d, want 3", n)
 	}
 }
 

@@ -225,7 +225,7 @@ func StartExtProc(ctx context.Context, opts ExtProcOptions) (_ *Component, err e
 	go cache.Watch(runCtx, 0, func(err error) {
 		log.Warn("key store poll failed (the key cache is dropped, or on PostgreSQL kept for the outage grace)", "component", "keys", "error", err)
 	})
-	rec, usageClosers, err := startUsage(ctx, opts.DataDir, 0, log.With("component", "usage"))
+	rec, usageClosers, err := startUsage(ctx, opts.KeyStorage, opts.DataDir, 0, log.With("component", "usage"))
 	if err != nil {
 		return nil, err
 	}

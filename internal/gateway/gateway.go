@@ -271,7 +271,7 @@ func (s *startup) startKeys(ctx context.Context) error {
 	})
 	// The usage store closes after extproc stops (closers run in reverse),
 	// so the usage of the last requests is written.
-	rec, usageClosers, err := startUsage(ctx, s.opts.DataDir, s.opts.UsageFlushInterval, s.log.With("component", "usage"))
+	rec, usageClosers, err := startUsage(ctx, s.cfg.Storage, s.opts.DataDir, s.opts.UsageFlushInterval, s.log.With("component", "usage"))
 	if err != nil {
 		return err
 	}
@@ -361,14 +361,16 @@ func (s *startup) startRateLimit(context.Context) (err error) {
 func (s *startup) startExtProc(context.Context) (err error) {
 	g := s.g
 	g.ExtProc = extproc.New(extproc.Options{
-		Keys:          g.KeyCache,
-		Usage:         usageSink{rec: g.Usage, also: s.opts.Usage},
-		Budgets:       usageSink{rec: g.Usage},
-		Limiter:       s.limiter,
-		Metrics:       g.Metrics,
-		InternalToken: s.token,
-		Logger:        s.log.With("component", "extproc"),
-		Tracer:        s.tracer,
+		Keys:    g.KeyCache,
+		Usage:   usageSink{rec: g.Usage, also: s.opts.Usage},
+		Budgets: usageSink{rec: g.Usage},
+		Limiter: s.limiter,
+		// The local fallback's windows follow the embedded limiter's clock.
+		LocalLimiterClock: s.opts.RateLimitClock,
+		Metrics:           g.Metrics,
+		InternalToken:     s.token,
+		Logger:            s.log.With("component", "extproc"),
+		Tracer:            s.tracer,
 	})
 	// A buffered request body arrives in one gRPC message: allow the
 	// configured body limit plus room for headers.

@@ -17,3 +17,19 @@ func TestSQLiteConformance(t *testing.T) {
 		return s
 	})
 }
+
+// TestSQLiteShared: two processes' stores on one data directory.
+func TestSQLiteShared(t *testing.T) {
+	usagetest.RunShared(t, func(t *testing.T) (usage.Store, usage.Store) {
+		dir := t.TempDir()
+		a, err := usage.OpenSQLite(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := usage.OpenSQLite(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, b
+	})
+}

@@ -15,6 +15,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,6 +95,24 @@ var (
 // must never pass by checking less.
 func Redis(t testing.TB) string {
 	t.Helper()
+	return StartRedis(t).Sock
+}
+
+// RedisServer is a private redis-server a test can stop and start again,
+// to see what the limits do while Redis is down.
+type RedisServer struct {
+	// Sock is the unix socket it listens on, the same across restarts.
+	Sock string
+	t    testing.TB
+	dir  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+}
+
+// StartRedis is Redis, returning the server itself.
+func StartRedis(t testing.TB) *RedisServer {
+	t.Helper()
 	redisOnce.Do(func() { redisBin, redisErr = findOrInstallRedis() })
 	if redisErr != nil {
 		testserver.Unavailable(t, "redis-server", "the conformance table does not run against envoyproxy/ratelimit's Redis store", redisErr)
@@ -104,30 +124,100 @@ func Redis(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "redis.sock")
-	var out bytes.Buffer
-	cmd := exec.Command(redisBin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
+	r := &RedisServer{Sock: filepath.Join(dir, "redis.sock"), t: t, dir: dir}
+	t.Cleanup(r.Stop)
+	r.Start()
+	return r
+}
+
+// Start starts the server (again, after Stop) on the same socket, empty:
+// it keeps nothing on disk, as the deployments' Redis does not. It returns
+// once the socket accepts connections.
+func (r *RedisServer) Start() {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		r.t.Fatal("ratelimittest: redis-server is already running")
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	r.out = &bytes.Buffer{}
+	cmd := exec.Command(redisBin, "--port", "0", "--unixsocket", r.Sock, "--unixsocketperm", "700",
+		"--save", "", "--appendonly", "no", "--dir", r.dir)
+	cmd.Stdout, cmd.Stderr = r.out, r.out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("start redis-server: %v", err)
+	}
+	r.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if c, err := net.Dial("unix", sock); err == nil {
+		if c, err := net.Dial("unix", r.Sock); err == nil {
 			_ = c.Close()
-			return sock
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not start:\n%s", out.String())
+			r.t.Fatalf("redis-server did not start:\n%s", r.out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Stop kills the server (as a crash would: its counters are lost) and
+// waits until it is gone and its socket removed, so the next connection
+// attempt is refused. Stopping a stopped server does nothing.
+func (r *RedisServer) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill() // also ends a paused server
+	_ = r.cmd.Wait()
+	r.cmd = nil
+	_ = os.Remove(r.Sock) // SIGKILL leaves the socket file behind
+}
+
+// Pause stops the server without ending it (SIGSTOP): connections stay
+// open and commands hang, as with a Redis that is unreachable behind a
+// network partition. Resume continues it with its counters intact. A test
+// that fails while it is paused has it killed first thing in its cleanup,
+// before the ratelimit service's cleanup waits for calls hung on it.
+func (r *RedisServer) Pause() {
+	r.t.Cleanup(r.Stop)
+	r.signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused server (SIGCONT).
+func (r *RedisServer) Resume() { r.signal(syscall.SIGCONT) }
+
+func (r *RedisServer) signal(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		r.t.Fatal("ratelimittest: redis-server is not running")
+	}
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		r.t.Fatalf("redis-server: %v: %v", sig, err)
+	}
+}
+
+// Clock is a settable envoyproxy/ratelimit clock (Unix seconds), for tests
+// that must not straddle a real minute boundary: every window the rate
+// limit service computes comes from it.
+type Clock struct{ now atomic.Int64 }
+
+// NewClock returns a Clock at 18 s into a minute, so its windows reset 42 s
+// later whatever the wall clock says.
+func NewClock() *Clock {
+	c := &Clock{}
+	c.now.Store(1_800_000_000 - 1_800_000_000%60 + 18)
+	return c
+}
+
+// UnixNow implements ratelimit.Clock.
+func (c *Clock) UnixNow() int64 { return c.now.Load() }
+
+// Advance moves the clock d forward.
+func (c *Clock) Advance(d time.Duration) { c.now.Add(int64(d / time.Second)) }
 
 func findOrInstallRedis() (string, error) {
 	if p, err := exec.LookPath("redis-server"); err == nil {

@@ -1,5 +1,6 @@
 // Package usagetest is the conformance suite of usage.Store: every
-// implementation (SQLite now, Postgres later) runs Run against a fresh store.
+// implementation (SQLite, Postgres) runs Run against a fresh store, and
+// RunShared against two handles on one storage.
 package usagetest
 
 import (
@@ -119,6 +120,61 @@ func Run(t *testing.T, open func(t *testing.T) usage.Store) {
 		}
 		if len(got) != 0 {
 			t.Fatalf("rows after a failed Add: %+v", got)
+		}
+	})
+}
+
+// RunShared runs the cases of two stores on one storage, as two replicas
+// (or two processes on one data directory) hold: open returns two handles
+// on one new, empty storage (closed by the suite).
+func RunShared(t *testing.T, open func(t *testing.T) (a, b usage.Store)) {
+	ctx := context.Background()
+
+	t.Run("ConcurrentAddsSum", func(t *testing.T) {
+		a, b := open(t)
+		t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+		// The same rows from both, in opposite orders, many times at once:
+		// every count adds up and no flush fails (no deadlock between the
+		// two writers).
+		var rows []usage.Row
+		for _, key := range []string{"key_a", "key_b", "key_c"} {
+			for _, model := range []string{"m/x", "m/y"} {
+				rows = append(rows, usage.Row{Day: "2026-11-03", KeyID: key, LimitID: key, Model: model, Requests: 1, CostMicros: 10})
+			}
+		}
+		reversed := slices.Clone(rows)
+		slices.Reverse(reversed)
+		const rounds = 20
+		errs := make(chan error, 2*rounds)
+		for range rounds {
+			go func() { errs <- a.Add(ctx, rows) }()
+			go func() { errs <- b.Add(ctx, reversed) }()
+		}
+		for range 2 * rounds {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range []usage.Store{a, b} {
+			got, err := s.Query(ctx, usage.Query{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(rows) {
+				t.Fatalf("%d rows, want %d: %+v", len(got), len(rows), got)
+			}
+			for _, r := range got {
+				if r.Requests != 2*rounds || r.CostMicros != 20*rounds {
+					t.Errorf("row %+v: want %d requests, %d micros", r, 2*rounds, 20*rounds)
+				}
+			}
+			spend, err := s.MonthSpend(ctx, "2026-11-01")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if spend["key_a"] != 2*20*rounds {
+				t.Errorf("MonthSpend = %v, want key_a %d", spend, 2*20*rounds)
+			}
 		}
 	})
 }
