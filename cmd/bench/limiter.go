@@ -76,7 +76,7 @@ func runLimiter(ctx context.Context, o *options, tmp string) *limiterResult {
 		return res
 	}
 	defer fake.stop()
-	sock, stopRedis, err := ratelimittest.StartRedis()
+	sock, stopRedis, err := ratelimittest.RunRedis()
 	if err != nil {
 		res.Skip = "not run: " + err.Error()
 		return res

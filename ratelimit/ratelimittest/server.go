@@ -32,10 +32,10 @@ import (
 // envoyproxy/ratelimit assembly as Redis and EnvoyRateLimit, owned by the
 // caller, who stops them.
 
-// StartRedis starts a private redis-server on a unix socket (installing
+// RunRedis starts a private redis-server on a unix socket (installing
 // it as Redis does when missing) and returns the socket's path and a
 // function that stops it and removes its directory.
-func StartRedis() (sock string, stop func(), err error) {
+func RunRedis() (sock string, stop func(), err error) {
 	redisOnce.Do(func() { redisBin, redisErr = findOrInstallRedis() })
 	if redisErr != nil {
 		return "", nil, fmt.Errorf("redis-server: %w", redisErr)

@@ -11,7 +11,7 @@ import (
 // answers RedisDo's replies of every kind, and RedisCommandCalls counts
 // them.
 func TestStartRedisAndRedisDo(t *testing.T) {
-	sock, stop, err := ratelimittest.StartRedis()
+	sock, stop, err := ratelimittest.RunRedis()
 	if err != nil {
 		testserver.Unavailable(t, "redis-server", "RedisDo is not checked against a real server", err)
 	}
