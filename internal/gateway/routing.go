@@ -9,6 +9,9 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/pgdb"
 )
 
+// routingMaxConns bounds the routing store's PostgreSQL pool.
+const routingMaxConns = 2
+
 // useRoutingStore gives cp the store of its routing overlay (the admin
 // API's drains and routing changes) before its first snapshot, and returns
 // the function that closes it: PostgreSQL when storage.metadata is
@@ -21,7 +24,9 @@ func useRoutingStore(ctx context.Context, cp *controlplane.Server, st config.Sto
 		if err != nil {
 			return nil, err
 		}
-		s, err := routingstore.OpenPostgres(ctx, dsn, pgdb.Pool{MaxConns: st.Metadata.MaxConns})
+		// One row read a second and the odd write: two connections (plus
+		// the listening one) are plenty, whatever the other stores get.
+		s, err := routingstore.OpenPostgres(ctx, dsn, pgdb.Pool{MaxConns: routingMaxConns})
 		if err != nil {
 			return nil, err
 		}
