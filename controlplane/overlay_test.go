@@ -151,3 +151,29 @@ func TestOverlayConcurrentReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRoutingStorePolls: without notifications, a replica following
+// the store by polling serves another replica's drain at its next poll.
+func TestWatchRoutingStorePolls(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := &MemoryRoutingStore{}
+	a, b := New(nil), New(nil)
+	for _, srv := range []*Server{a, b} {
+		srv.SetRoutingStore(store)
+		if _, err := srv.Update(ctx, parse(t, twoRegions)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go b.WatchRoutingStore(ctx, 20*time.Millisecond)
+	if _, err := a.Drain(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !slices.Equal(modelProviders(b.Config(), "v/m1"), []string{"a", "b"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica b serves m1 with %v 2s after the drain, want a, b", modelProviders(b.Config(), "v/m1"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

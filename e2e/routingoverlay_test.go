@@ -216,9 +216,11 @@ func TestRoutingDrainAcrossControlPlaneReplicas(t *testing.T) {
 	if code, body := adminDo(t, adminA, f.adminToken, http.MethodPost, "/admin/v1/providers/prov-a/drain", nil); code != http.StatusOK {
 		t.Fatalf("drain through replica A: %d %s", code, body)
 	}
+	drained := time.Now()
 	waitFor(t, 2*time.Second, "the drain made through replica A to reach the data plane of replica B", func() bool {
 		return f.chat(t, "demo/chat") == "prov-b"
 	})
+	t.Logf("the drain reached replica B's data plane %v after replica A answered", time.Since(drained).Round(time.Millisecond))
 	if st := f.routing(t, adminB); strings.Join(st.Drained, ",") != "prov-a" {
 		t.Errorf("replica B's admin API shows drained %v", st.Drained)
 	}
