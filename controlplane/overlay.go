@@ -273,7 +273,7 @@ func (s *Server) changeOverlayLocked(ctx context.Context, what string,
 			s.countChange(what, err)
 			return "", fmt.Errorf("controlplane: load routing overlay: %w", err)
 		}
-		base, drained, _, err := applyOverlay(s.ov.file, ov)
+		base, drained, stale, err := applyOverlay(s.ov.file, ov)
 		if err != nil {
 			s.countChange(what, err)
 			return "", err
@@ -289,9 +289,11 @@ func (s *Server) changeOverlayLocked(ctx context.Context, what string,
 			s.countChange(what, err)
 			return "", err
 		}
+		// Entries the file already made stale (skipped, logged) do not block
+		// other changes; a change must not add one.
 		nbase, ndrained, skipped, err := applyOverlay(s.ov.file, next)
-		if err == nil && len(skipped) > 0 {
-			err = fmt.Errorf("%w: %s", ErrInvalid, skipped[0])
+		if i := slices.IndexFunc(skipped, func(sk string) bool { return !slices.Contains(stale, sk) }); err == nil && i >= 0 {
+			err = fmt.Errorf("%w: %s", ErrInvalid, skipped[i])
 		}
 		if err == nil {
 			err = s.checkLocked(nbase, ndrained)

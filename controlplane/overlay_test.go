@@ -91,6 +91,16 @@ func TestOverlayAcrossReloads(t *testing.T) {
 	if ov, _ := srv.Overlay(); len(ov.Models) != 2 || !slices.Equal(ov.Drained, []string{"c"}) {
 		t.Errorf("the overlay lost entries across reloads: %+v", ov)
 	}
+	// Entries a file made stale do not block other changes.
+	if _, err := srv.Update(ctx, parse(t, onlyAB)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Modify(ctx, "weighted m1", func(c *config.Config) error { c.Models[0].Routing = config.RoutingWeighted; return nil }); err != nil {
+		t.Fatalf("a change while the overlay has entries the file made stale: %v", err)
+	}
+	if _, err := srv.Update(ctx, parse(t, twoRegions)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := srv.ClearOverrides(ctx, "v/m1"); err != nil {
 		t.Fatal(err)
 	}

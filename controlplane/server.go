@@ -197,7 +197,8 @@ func (s *Server) Update(ctx context.Context, cfg *config.Config) (string, error)
 	}
 	version, err := s.setLocked(ctx, base, drained, "update")
 	if err == nil {
-		s.ov.file = cfg
+		// A stored overlay the previous file refused may apply to this one.
+		s.ov.file, s.ov.failed = cfg, 0
 	}
 	return version, err
 }
