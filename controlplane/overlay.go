@@ -93,23 +93,23 @@ type RoutingNotifier interface {
 	Notify(ctx context.Context) <-chan struct{}
 }
 
-// MemoryRoutingStore keeps the overlay in the process: the default when no
+// memoryRoutingStore keeps the overlay in the process: the default when no
 // store is set, for a control plane without a data directory.
-type MemoryRoutingStore struct {
+type memoryRoutingStore struct {
 	mu      sync.Mutex
 	overlay RoutingOverlay
 	version int64
 }
 
 // Load implements RoutingStore.
-func (m *MemoryRoutingStore) Load(context.Context) (RoutingOverlay, int64, error) {
+func (m *memoryRoutingStore) Load(context.Context) (RoutingOverlay, int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.overlay.Clone(), m.version, nil
 }
 
 // Save implements RoutingStore.
-func (m *MemoryRoutingStore) Save(_ context.Context, prev int64, o RoutingOverlay) (int64, error) {
+func (m *memoryRoutingStore) Save(_ context.Context, prev int64, o RoutingOverlay) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if prev != m.version {
@@ -155,7 +155,7 @@ func (s *Server) Overlay() (RoutingOverlay, int64) {
 
 func (s *Server) storeLocked() RoutingStore {
 	if s.ov.store == nil {
-		s.ov.store = &MemoryRoutingStore{}
+		s.ov.store = &memoryRoutingStore{}
 	}
 	return s.ov.store
 }

@@ -114,7 +114,7 @@ func TestOverlayAcrossReloads(t *testing.T) {
 // the store both serve the last of each.
 func TestOverlayConcurrentReplicas(t *testing.T) {
 	ctx := context.Background()
-	store := &MemoryRoutingStore{}
+	store := &memoryRoutingStore{}
 	var replicas [2]*Server
 	for i := range replicas {
 		replicas[i] = New(nil)
@@ -167,7 +167,7 @@ func TestOverlayConcurrentReplicas(t *testing.T) {
 func TestWatchRoutingStorePolls(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store := &MemoryRoutingStore{}
+	store := &memoryRoutingStore{}
 	a, b := New(nil), New(nil)
 	for _, srv := range []*Server{a, b} {
 		srv.SetRoutingStore(store)
