@@ -32,9 +32,10 @@ type fileState struct {
 // saving a half-written file never half-applies it.
 //
 // The content present when WatchFile starts is taken to be the one the
-// server was started with (Update), and is not applied again. Drained
-// providers stay drained across reloads; routing changes made with Modify
-// are replaced by the file's content at its next change.
+// server was started with (Update), and is not applied again. The routing
+// overlay (drained providers, Modify's per-model overrides) stays on top
+// of every reloaded file; its entries a new file no longer allows are
+// logged and skipped.
 func (s *Server) WatchFile(ctx context.Context, path string, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultReloadInterval

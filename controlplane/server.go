@@ -102,6 +102,9 @@ type Server struct {
 	base    *config.Config
 	drained []string
 	snaps   map[string]*cachev3.Snapshot // by node key, as last set
+	// ov is the routing overlay (overlay.go): the admin API's changes, kept
+	// in a RoutingStore and applied on top of the configuration file.
+	ov overlayState
 	// retired are earlier route sets the catalog keeps for requests in
 	// flight (see retiredRoutes); retireTimer trims them.
 	retired     []retiredRoutes
@@ -170,39 +173,50 @@ func New(logger *slog.Logger) *Server {
 	}
 }
 
-// Update replaces the configuration with cfg (which must have passed
-// config validation) and serves it under the next version ("1", "2", ...).
-// Drained providers stay drained. It returns the version. When the change
-// is refused, the current snapshot stays in place and no version is used
-// up.
+// Update replaces the configuration file's configuration with cfg (which
+// must have passed config validation) and serves it, with the routing
+// overlay on top, under the next version ("1", "2", ...). The first Update
+// loads the overlay from the RoutingStore, so the first snapshot already
+// has it. Overlay entries cfg no longer allows are logged and skipped. It
+// returns the version. When the change is refused, the current snapshot
+// stays in place and no version is used up.
 func (s *Server) Update(ctx context.Context, cfg *config.Config) (string, error) {
 	if cfg == nil {
 		return "", errors.New("controlplane: nil config")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.setLocked(ctx, cfg, s.drained, "update")
+	if err := s.loadOverlayLocked(ctx); err != nil {
+		s.countChange("update", err)
+		return "", err
+	}
+	base, drained, err := s.applyOverlayLocked(cfg, s.ov.overlay)
+	if err != nil {
+		s.countChange("update", err)
+		return "", err
+	}
+	version, err := s.setLocked(ctx, base, drained, "update")
+	if err == nil {
+		// A stored overlay the previous file refused may apply to this one.
+		s.ov.file, s.ov.failed = cfg, 0
+	}
+	return version, err
 }
 
 // Modify applies change to a copy of the configuration and serves the
-// result, like Update. change may edit models, providers and their
-// routing settings; unset fields of new entries get their defaults. An
-// error from change is returned as is; a result that does not validate is
-// refused with ErrInvalid.
+// result, like Update. change may edit models' routing settings (policy,
+// timeouts, providers); unset fields of new entries get their defaults.
+// The models it changed become overrides in the routing overlay, stored
+// before they are served. An error from change is returned as is; a result
+// that does not validate, or that changes anything else, is refused with
+// ErrInvalid.
 func (s *Server) Modify(ctx context.Context, what string, change func(*config.Config) error) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.base == nil {
 		return "", errors.New("controlplane: no configuration yet")
 	}
-	next, err := clone(s.base)
-	if err != nil {
-		return "", err
-	}
-	if err := change(next); err != nil {
-		return "", err
-	}
-	return s.setLocked(ctx, next, s.drained, what)
+	return s.modifyOverlay(ctx, what, change)
 }
 
 // Drain takes provider out of every model's rotation: new requests never go
@@ -219,12 +233,19 @@ func (s *Server) Drain(ctx context.Context, provider string) (string, error) {
 	if _, ok := s.base.Provider(provider); !ok {
 		return "", fmt.Errorf("controlplane: provider %q: %w", provider, ErrNotFound)
 	}
-	if slices.Contains(s.drained, provider) {
-		return s.currentVersion(), nil
-	}
-	drained := append(slices.Clone(s.drained), provider)
-	slices.Sort(drained)
-	return s.setLocked(ctx, s.base, drained, "drain "+provider)
+	return s.changeOverlayLocked(ctx, "drain "+provider, func(ov *RoutingOverlay, base *config.Config, drained []string) error {
+		if slices.Contains(drained, provider) {
+			return errUnchanged
+		}
+		if _, err := withoutDrained(base, append(slices.Clone(drained), provider)); err != nil {
+			return err
+		}
+		if !slices.Contains(ov.Drained, provider) {
+			ov.Drained = append(ov.Drained, provider)
+			slices.Sort(ov.Drained)
+		}
+		return nil
+	})
 }
 
 // Undrain puts a drained provider back into the rotation of the models
@@ -232,17 +253,20 @@ func (s *Server) Drain(ctx context.Context, provider string) (string, error) {
 func (s *Server) Undrain(ctx context.Context, provider string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := slices.Index(s.drained, provider)
-	if i < 0 {
-		if s.base != nil {
-			if _, ok := s.base.Provider(provider); ok {
-				return s.currentVersion(), nil
-			}
-		}
+	if s.base == nil {
 		return "", fmt.Errorf("controlplane: provider %q: %w", provider, ErrNotFound)
 	}
-	drained := slices.Delete(slices.Clone(s.drained), i, i+1)
-	return s.setLocked(ctx, s.base, drained, "undrain "+provider)
+	if _, ok := s.base.Provider(provider); !ok && !slices.Contains(s.ov.overlay.Drained, provider) {
+		return "", fmt.Errorf("controlplane: provider %q: %w", provider, ErrNotFound)
+	}
+	return s.changeOverlayLocked(ctx, "undrain "+provider, func(ov *RoutingOverlay, _ *config.Config, _ []string) error {
+		i := slices.Index(ov.Drained, provider)
+		if i < 0 {
+			return errUnchanged
+		}
+		ov.Drained = slices.Delete(ov.Drained, i, i+1)
+		return nil
+	})
 }
 
 // Config returns the configuration in force (drained providers removed from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -27,11 +28,15 @@ import (
 //	PATCH /admin/v1/models/{vendor}/{model}/providers/{p}   {upstream_model?, weight?, priority?}
 //	POST  /admin/v1/providers/{name}/drain                  take a provider out of every model's rotation
 //	POST  /admin/v1/providers/{name}/undrain                put it back
+//	DELETE /admin/v1/routing/overrides[?model={vendor}/{model}]  drop the models' overrides: the file's routing applies again
 //
 // providers replaces the model's list (in failover order by priority, then
 // list order); an entry without upstream_model keeps the one the model
-// already has for that provider. Changes live in memory: the next change
-// of the configuration file replaces them (drained providers stay drained).
+// already has for that provider. Changes are kept in the control plane's
+// routing overlay (controlplane.RoutingStore: the key database, or
+// PostgreSQL in a fleet), shared by every control-plane replica and kept
+// across restarts and reloads of the configuration file, until undrained
+// or cleared.
 
 // Routing is the control plane's side of routing changes;
 // *controlplane.Server satisfies it.
@@ -45,6 +50,10 @@ type Routing interface {
 	Modify(ctx context.Context, what string, change func(*config.Config) error) (string, error)
 	Drain(ctx context.Context, provider string) (string, error)
 	Undrain(ctx context.Context, provider string) (string, error)
+	// ClearOverrides drops model's routing override, every model's if "".
+	ClearOverrides(ctx context.Context, model string) (string, error)
+	// Overlay is the stored routing changes in force and their version.
+	Overlay() (controlplane.RoutingOverlay, int64)
 }
 
 func (a *api) routes(mux *http.ServeMux) {
@@ -57,6 +66,7 @@ func (a *api) routes(mux *http.ServeMux) {
 	mux.HandleFunc("PATCH /admin/v1/models/{vendor}/{model}/providers/{provider}", a.modelProviderSet)
 	mux.HandleFunc("POST /admin/v1/providers/{name}/drain", a.drain)
 	mux.HandleFunc("POST /admin/v1/providers/{name}/undrain", a.undrain)
+	mux.HandleFunc("DELETE /admin/v1/routing/overrides", a.clearOverrides)
 }
 
 // modelRoutingJSON is a model's routing as the admin API shows it.
@@ -88,6 +98,10 @@ type routingJSON struct {
 	Region  string             `json:"region"`
 	Drained []string           `json:"drained"`
 	Models  []modelRoutingJSON `json:"models"`
+	// Overrides are the models whose routing the overlay sets, and
+	// OverlayVersion the overlay's version in its store.
+	Overrides      []string `json:"overrides"`
+	OverlayVersion int64    `json:"overlay_version"`
 }
 
 func modelView(base, eff *config.Config, drained []string, m config.Model) modelRoutingJSON {
@@ -120,7 +134,50 @@ func (a *api) routingList(w http.ResponseWriter, _ *http.Request) {
 	for _, m := range base.Models {
 		out.Models = append(out.Models, modelView(base, eff, drained, m))
 	}
+	ov, ovVersion := a.opts.Routing.Overlay()
+	out.Overrides, out.OverlayVersion = slices.Sorted(maps.Keys(ov.Models)), ovVersion
+	if out.Overrides == nil {
+		out.Overrides = []string{}
+	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// clearOverrides drops the routing overrides of the model the query names,
+// or of every model.
+func (a *api) clearOverrides(w http.ResponseWriter, r *http.Request) {
+	model := r.URL.Query().Get("model")
+	if model != "" {
+		base, _ := a.opts.Routing.BaseConfig()
+		if !slices.ContainsFunc(base.Models, func(m config.Model) bool { return m.ID == model }) {
+			// A model the file dropped may still have a stale override to clear.
+			ov, _ := a.opts.Routing.Overlay()
+			if _, ok := ov.Models[model]; !ok {
+				modelNotFound(w, model)
+				return
+			}
+		}
+	}
+	version, err := a.opts.Routing.ClearOverrides(r.Context(), model)
+	if err != nil {
+		a.routingFailed(w, err)
+		return
+	}
+	what := "clear overrides"
+	if model != "" {
+		what += " of " + model
+	}
+	a.opts.Logger.Info("admin: routing changed", "change", what, "version", version, "remote", r.RemoteAddr)
+	ov, ovVersion := a.opts.Routing.Overlay()
+	overrides := slices.Sorted(maps.Keys(ov.Models))
+	if overrides == nil {
+		overrides = []string{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object         string   `json:"object"`
+		Version        string   `json:"version"`
+		Overrides      []string `json:"overrides"`
+		OverlayVersion int64    `json:"overlay_version"`
+	}{"routing.overrides", version, overrides, ovVersion})
 }
 
 // modelID is the model the path names: model ids are <vendor>/<model>.

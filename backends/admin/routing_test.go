@@ -121,6 +121,47 @@ func TestRoutingEndpoints(t *testing.T) {
 	}
 }
 
+// TestRoutingOverridesClear: the routing list names the overridden models,
+// and clearing an override brings back the file's routing.
+func TestRoutingOverridesClear(t *testing.T) {
+	srv, cp := newRoutingAPI(t)
+	auth := "Bearer " + token
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		want                     []string // substrings of the answer
+		version                  string   // after the call
+	}{
+		{"no overrides", "GET", "/admin/v1/routing", "", 200, []string{`"overrides":[]`, `"overlay_version":0`}, "1"},
+		{"override m1", "PATCH", "/admin/v1/models/v/m1", `{"routing":"weighted"}`, 200, []string{`"routing":"weighted"`}, "2"},
+		{"override m2", "PATCH", "/admin/v1/models/v/m2", `{"first_byte_timeout":"5s"}`, 200, []string{`"first_byte_timeout":"5s"`}, "3"},
+		{"drain a", "POST", "/admin/v1/providers/a/drain", "", 200, []string{`"drained":true`}, "4"},
+		{"listed", "GET", "/admin/v1/routing", "", 200, []string{`"overrides":["v/m1","v/m2"]`, `"overlay_version":3`, `"drained":["a"]`}, "4"},
+		{"clear an unknown model", "DELETE", "/admin/v1/routing/overrides?model=v/nope", "", 404, []string{"model_not_found"}, "4"},
+		{"clear m1", "DELETE", "/admin/v1/routing/overrides?model=v/m1", "", 200, []string{`"overrides":["v/m2"]`, `"version":"5"`}, "5"},
+		{"m1 routes as the file says", "GET", "/admin/v1/models/v/m1", "", 200, []string{`"routing":"priority"`}, "5"},
+		{"clear all", "DELETE", "/admin/v1/routing/overrides", "", 200, []string{`"overrides":[]`, `"version":"6"`}, "6"},
+		{"clear all again: nothing to do", "DELETE", "/admin/v1/routing/overrides", "", 200, []string{`"version":"6"`}, "6"},
+		{"drains stay", "GET", "/admin/v1/routing", "", 200, []string{`"drained":["a"]`, `"first_byte_timeout":"30s"`}, "6"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, body := do(t, srv, tt.method, tt.path, auth, tt.body)
+			if status != tt.status {
+				t.Fatalf("status %d, want %d: %s", status, tt.status, body)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("answer lacks %s: %s", w, body)
+				}
+			}
+			if got := cp.Version(); got != tt.version {
+				t.Errorf("version %s, want %s", got, tt.version)
+			}
+		})
+	}
+}
+
 // TestRoutingOff: without a routing side the endpoints do not exist.
 func TestRoutingOff(t *testing.T) {
 	srv, _, _ := newAPI(t)

@@ -93,6 +93,12 @@ type ControlPlaneOptions struct {
 	AdminListen string
 	AdminToken  string
 	DataDir     string
+	// RoutingPoll is how often the routing overlay's store is read for
+	// other replicas' changes (controlplane.DefaultRoutingPoll if 0); on
+	// PostgreSQL a notification usually comes first. The overlay is kept in
+	// PostgreSQL with storage.metadata.kind postgres, else in the key
+	// database under DataDir, else (no DataDir) in memory.
+	RoutingPoll time.Duration
 }
 
 // StartControlPlane serves the snapshot of opts.Config over xDS to every
@@ -103,11 +109,19 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 		log = slog.Default()
 	}
 	cp := controlplane.New(log.With("component", "controlplane"))
+	// The routing overlay is read before the first snapshot: a restarted
+	// control plane never serves a drained provider.
+	closeRouting, err := useRoutingStore(ctx, cp, opts.Config.Storage, opts.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := cp.Update(ctx, opts.Config); err != nil {
+		closeRouting()
 		return nil, err
 	}
 	lis, err := net.Listen("tcp", opts.Listen)
 	if err != nil {
+		closeRouting()
 		return nil, fmt.Errorf("gateway: control plane: %w", err)
 	}
 	srv := grpc.NewServer()
@@ -117,10 +131,11 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 	if opts.ConfigPath != "" {
 		go cp.WatchFile(watchCtx, opts.ConfigPath, opts.ReloadInterval)
 	}
+	go cp.WatchRoutingStore(watchCtx, opts.RoutingPoll)
 	c := &Component{
 		Addr:    lis.Addr(),
 		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
-		closers: []func(){srv.GracefulStop, cancel},
+		closers: []func(){closeRouting, srv.GracefulStop, cancel},
 		metrics: cp.WritePrometheus,
 	}
 	if opts.AdminListen != "" {

@@ -301,12 +301,18 @@ func (s *startup) startControlPlane(ctx context.Context) (err error) {
 		g.closers = append(g.closers, func() { _ = lis.Close() })
 		g.Control.DefaultBackends = &config.Backends{Address: lis.Addr().String()}
 	}
+	closeRouting, err := useRoutingStore(ctx, g.Control, cfg.Storage, opts.DataDir)
+	if err != nil {
+		return err
+	}
+	g.closers = append(g.closers, closeRouting)
 	if _, err := g.Control.Update(ctx, cfg); err != nil {
 		return err
 	}
 	if opts.ConfigPath != "" {
 		go g.Control.WatchFile(s.runCtx, opts.ConfigPath, opts.ReloadInterval)
 	}
+	go g.Control.WatchRoutingStore(s.runCtx, 0)
 	s.region = opts.Region
 	if s.region == "" {
 		s.region = cfg.Region
