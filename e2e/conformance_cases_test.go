@@ -441,7 +441,6 @@ func caseResponsesCodeInterpreter(t *testing.T, c openai.Client, v matrixVendor)
 }
 
 // caseConversations drives the Conversations API on the vendor's model.
-// Not wired yet: see notBuilt in matrixCases.
 func caseConversations(t *testing.T, c openai.Client, v matrixVendor) error {
 	ctx := t.Context()
 	conv, err := c.Conversations.New(ctx, conversations.ConversationNewParams{Metadata: shared.Metadata{"vendor": v.name}})
@@ -500,7 +499,6 @@ func caseConversations(t *testing.T, c openai.Client, v matrixVendor) error {
 }
 
 // caseBackground drives a background response on the vendor's model.
-// Not wired yet: see notBuilt in matrixCases.
 func caseBackground(t *testing.T, c openai.Client, v matrixVendor) error {
 	ctx := t.Context()
 	r, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: v.chat, Input: textInput("in the background"),

@@ -73,13 +73,6 @@ var errNotBuilt = errors.New("not built yet")
 // and the document is not compared.
 var errHostLimited = errors.New("this host cannot run the check")
 
-// notBuilt stands in for a case whose feature is not merged yet: the matrix
-// shows the row as missing. Wiring it in is replacing notBuilt(f) by f in
-// matrixCases.
-func notBuilt(func(*testing.T, openai.Client, matrixVendor) error) func(*testing.T, openai.Client, matrixVendor) error {
-	return func(*testing.T, openai.Client, matrixVendor) error { return errNotBuilt }
-}
-
 // matrixCases are the rows, in the order the matrix shows them. Adding a
 // feature is adding an entry (cases in conformance_cases_test.go).
 var matrixCases = []matrixCase{
