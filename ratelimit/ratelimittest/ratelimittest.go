@@ -93,6 +93,23 @@ var (
 // must never pass by checking less.
 func Redis(t testing.TB) string {
 	t.Helper()
+	return StartRedis(t).Sock
+}
+
+// RedisServer is a private redis-server, stopped when its test ends.
+type RedisServer struct {
+	// Sock is the unix socket it listens on.
+	Sock string
+	dir  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+}
+
+// StartRedis starts a private redis-server (see Redis) that the test can
+// restart.
+func StartRedis(t testing.TB) *RedisServer {
+	t.Helper()
 	redisOnce.Do(func() { redisBin, redisErr = findOrInstallRedis() })
 	if redisErr != nil {
 		testserver.Unavailable(t, "redis-server", "the conformance table does not run against envoyproxy/ratelimit's Redis store", redisErr)
@@ -104,26 +121,54 @@ func Redis(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "redis.sock")
+	r := &RedisServer{Sock: filepath.Join(dir, "redis.sock"), dir: dir}
+	t.Cleanup(r.kill)
+	if err := r.launch(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Restart kills the server (SIGKILL: its counters are lost, as with a
+// crash of a Redis without persistence) and starts a new one on the same
+// socket, returning once it accepts connections.
+func (r *RedisServer) Restart(t testing.TB) {
+	t.Helper()
+	r.kill()
+	if err := r.launch(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *RedisServer) kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+		r.cmd = nil
+	}
+}
+
+func (r *RedisServer) launch() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var out bytes.Buffer
-	cmd := exec.Command(redisBin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
-		"--save", "", "--appendonly", "no", "--dir", dir)
+	cmd := exec.Command(redisBin, "--port", "0", "--unixsocket", r.Sock, "--unixsocketperm", "700",
+		"--save", "", "--appendonly", "no", "--dir", r.dir)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	r.cmd, r.out = cmd, &out
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if c, err := net.Dial("unix", sock); err == nil {
+		if c, err := net.Dial("unix", r.Sock); err == nil {
 			_ = c.Close()
-			return sock
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not start:\n%s", out.String())
+			return fmt.Errorf("redis-server did not start:\n%s", out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
