@@ -359,7 +359,6 @@ const (
 	modeDown         // connections accepted and closed at once (the region is down)
 )
 
-var modeNames = map[int32]string{modeServe: "serve", mode500: "500s", modeHang: "hang", modeReset: "reset mid-stream", modeDown: "down"}
 
 // vendor is a fake OpenAI-compatible vendor with a fault switch in front.
 type vendor struct {

@@ -29,7 +29,7 @@ import (
 
 var (
 	soakDuration = flag.Duration("soak.duration", 0, "how long the workload runs under faults (default: the short run of make test, 40s; make soak: 10m)")
-	soakBatch    = flag.Int("soak.batch-lines", 0, "lines of the batch (default 400 in the short run, 5000 from 5m)")
+	soakBatch    = flag.Int("soak.batch-lines", 0, "lines of the batch (default 1000 in the short run, 5000 from 5m)")
 )
 
 func TestMain(m *testing.M) {
@@ -45,7 +45,7 @@ func TestSoak(t *testing.T) {
 	}
 	batchLines := *soakBatch
 	if batchLines == 0 {
-		batchLines = 400
+		batchLines = 1000
 		if duration >= 5*time.Minute {
 			batchLines = 5000
 		}
@@ -82,8 +82,9 @@ func TestSoak(t *testing.T) {
 	stored := s.checkResponses(t)
 	rpm := s.checkRPM(t)
 	revocation := s.checkRevocation(t)
+	push := s.checkConfigPush(t, secret)
 
-	r := s.report(duration, workloadEnd.Sub(began), batch, files, stored, rpm, revocation)
+	r := s.report(duration, workloadEnd.Sub(began), batch, files, stored, rpm, revocation, push)
 	t.Logf("\n%s", r.text)
 	for _, miss := range r.missed {
 		t.Error(miss)
@@ -139,6 +140,9 @@ type recorder struct {
 type faultWindow struct {
 	name       string
 	start, end time.Time
+	// usHits and asiaHits are the requests each region's vendor got
+	// during the fault: failover shows as asia taking the load.
+	usHits, asiaHits int64
 }
 
 func (r *recorder) add(o op) {
@@ -163,7 +167,7 @@ func (s *soak) work(ctx context.Context, w int) {
 			o = s.stream(octx, fmt.Sprintf("w%d n%d stream", w, n))
 		case p < 75:
 			o = s.chain(octx, fmt.Sprintf("w%d n%d", w, n))
-		case p < 90:
+		case p < 95:
 			o = s.embed(octx, fmt.Sprintf("w%d n%d embed", w, n))
 		default:
 			o = s.upload(octx, rng)
@@ -246,7 +250,7 @@ func (s *soak) embed(ctx context.Context, text string) op {
 }
 
 func (s *soak) upload(ctx context.Context, rng *mrand.Rand) op {
-	content := make([]byte, 1024+rng.IntN(256<<10))
+	content := make([]byte, 1024+rng.IntN(128<<10))
 	_, _ = rand.Read(content)
 	fl, err := s.c.Files.New(ctx, openai.FileNewParams{File: openai.File(bytes.NewReader(content), "soak.bin", "application/octet-stream"),
 		Purpose: openai.FilePurposeAssistants})
@@ -279,35 +283,31 @@ func (s *soak) faults(t *testing.T) []fault {
 			}
 		}
 	}
-	var gw, be int
+	var gw int
 	return []fault{
+		// Each backends replica in turn, so the one running the batch is
+		// killed mid-batch: the other takes it over when its lease (3 s)
+		// expires.
+		{"backends SIGKILL+restart", func(context.Context, time.Duration) {
+			for _, p := range f.backends {
+				p.kill()
+				p.start()
+				p.waitReady(60 * time.Second)
+			}
+		}},
 		{"gateway SIGKILL+restart", func(context.Context, time.Duration) {
 			f.killGateway(gw % len(f.gateways))
 			gw++
 		}},
-		{"vendor us 500s", vendorFault("us", mode500)},
-		{"backends SIGKILL+restart", func(context.Context, time.Duration) {
-			p := f.backends[be%len(f.backends)]
-			be++
-			p.kill()
-			p.start()
-			p.waitReady(60 * time.Second)
-		}},
-		{"vendor us hangs", vendorFault("us", modeHang)},
 		{"control plane SIGKILL+restart", func(context.Context, time.Duration) {
 			f.control.kill()
 			f.control.start()
 			f.control.waitReady(60 * time.Second)
 		}},
+		{"vendor us 500s", vendorFault("us", mode500)},
+		{"vendor us hangs", vendorFault("us", modeHang)},
 		{"vendor us resets streams", vendorFault("us", modeReset)},
-		{"region us down", func(ctx context.Context, hold time.Duration) {
-			f.vendors["us"].mode.Store(modeDown)
-			defer f.vendors["us"].mode.Store(modeServe)
-			select {
-			case <-ctx.Done():
-			case <-time.After(hold):
-			}
-		}},
+		{"region us down", vendorFault("us", modeDown)},
 		{"Postgres restart", func(context.Context, time.Duration) { pgtest.Restart(t) }},
 		{"Redis restart", func(context.Context, time.Duration) { f.redis.Restart(t) }},
 	}
@@ -329,8 +329,10 @@ func (s *soak) runSchedule(ctx context.Context, t *testing.T, d time.Duration) {
 		}
 		fl := faults[i%len(faults)]
 		w := faultWindow{name: fl.name, start: time.Now()}
+		us, asia := s.f.vendors["us"].hits.Load(), s.f.vendors["asia"].hits.Load()
 		fl.apply(ctx, hold)
 		w.end = time.Now()
+		w.usHits, w.asiaHits = s.f.vendors["us"].hits.Load()-us, s.f.vendors["asia"].hits.Load()-asia
 		s.rec.mu.Lock()
 		s.rec.faults = append(s.rec.faults, w)
 		s.rec.mu.Unlock()
@@ -449,47 +451,71 @@ func (s *soak) checkBatch(t *testing.T, id, _ string, n int) batchResult {
 
 type filesResult struct{ checked, intact int }
 
+// each runs check on every item, eight at a time, and counts the passes.
+func each[T any](items []T, check func(T) bool) (passed int) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	work := make(chan T)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := range work {
+				if check(it) {
+					mu.Lock()
+					passed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, it := range items {
+		work <- it
+	}
+	close(work)
+	wg.Wait()
+	return passed
+}
+
+// checkFiles downloads every uploaded file and compares its checksum.
 func (s *soak) checkFiles(t *testing.T) filesResult {
 	s.mu.Lock()
 	files := append([]uploaded(nil), s.files...)
 	s.mu.Unlock()
-	var r filesResult
-	for _, fl := range files {
-		r.checked++
+	intact := each(files, func(fl uploaded) bool {
 		resp, err := s.c.Files.Content(context.Background(), fl.id)
 		if err != nil {
 			t.Errorf("file %s: %v", fl.id, err)
-			continue
+			return false
 		}
+		defer resp.Body.Close()
 		h := sha256.New()
 		n, err := io.Copy(h, resp.Body)
-		resp.Body.Close()
 		if err != nil || n != int64(fl.n) || !bytes.Equal(h.Sum(nil), fl.sum[:]) {
 			t.Errorf("file %s: %d bytes (want %d), checksum match %v, %v", fl.id, n, fl.n, bytes.Equal(h.Sum(nil), fl.sum[:]), err)
-			continue
+			return false
 		}
-		r.intact++
-	}
-	return r
+		return true
+	})
+	return filesResult{checked: len(files), intact: intact}
 }
 
 type storedResult struct{ checked, retrievable int }
 
+// checkResponses reads every stored response back.
 func (s *soak) checkResponses(t *testing.T) storedResult {
 	s.mu.Lock()
 	ids := append([]string(nil), s.responses...)
 	s.mu.Unlock()
-	var r storedResult
-	for _, id := range ids {
-		r.checked++
+	ok := each(ids, func(id string) bool {
 		got, err := s.c.Responses.Get(context.Background(), id, responses.ResponseGetParams{})
 		if err != nil || got.ID != id {
 			t.Errorf("stored response %s: %v", id, err)
-			continue
+			return false
 		}
-		r.retrievable++
-	}
-	return r
+		return true
+	})
+	return storedResult{checked: len(ids), retrievable: ok}
 }
 
 type rpmResult struct {
@@ -602,7 +628,62 @@ type report struct {
 	missed []string
 }
 
-func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResult, stored storedResult, rpm rpmResult, rev revocationResult) report {
+type pushResult struct {
+	worst time.Duration
+	err   error
+}
+
+// checkConfigPush drains the us vendor through the admin API of the
+// (restarted) control plane and measures how long each gateway takes to
+// stop sending it traffic: the data planes and extprocs re-subscribed to
+// the control plane that came back.
+func (s *soak) checkConfigPush(t *testing.T, secret string) pushResult {
+	code, raw, err := s.f.admin(http.MethodPost, "/admin/v1/providers/vendor-us/drain", nil)
+	if err != nil || code != http.StatusOK {
+		return pushResult{err: fmt.Errorf("drain: %d %s %v", code, raw, err)}
+	}
+	defer func() {
+		if code, raw, err := s.f.admin(http.MethodPost, "/admin/v1/providers/vendor-us/undrain", nil); err != nil || code != http.StatusOK {
+			t.Errorf("undrain: %d %s %v", code, raw, err)
+		}
+	}()
+	drained := time.Now()
+	us := s.f.vendors["us"]
+	var r pushResult
+	for _, g := range s.f.gateways {
+		// Three requests in a row that leave the us vendor alone: the
+		// gateway routes by the drained snapshot.
+		for clean := 0; clean < 3; {
+			if time.Since(drained) > 30*time.Second {
+				return pushResult{err: fmt.Errorf("gateway %s still sends to the drained vendor after 30s", g.addr)}
+			}
+			before := us.hits.Load()
+			req, _ := http.NewRequest(http.MethodPost, "http://"+g.addr+"/v1/chat/completions",
+				strings.NewReader(`{"model":"soak/chat","messages":[{"role":"user","content":"drained?"}]}`))
+			req.Header.Set("authorization", "Bearer "+secret)
+			req.Header.Set("content-type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return pushResult{err: err}
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return pushResult{err: fmt.Errorf("gateway %s answered %d while us was drained", g.addr, resp.StatusCode)}
+			}
+			if us.hits.Load() == before {
+				clean++
+			} else {
+				clean = 0
+				time.Sleep(20 * time.Millisecond) // polling for the new snapshot
+			}
+		}
+		r.worst = time.Since(drained)
+	}
+	return r
+}
+
+func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResult, stored storedResult, rpm rpmResult, rev revocationResult, push pushResult) report {
 	s.rec.mu.Lock()
 	defer s.rec.mu.Unlock()
 	var b strings.Builder
@@ -656,10 +737,15 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 	fmt.Fprintf(&b, "fleet: 1 control plane, 3 gateways (dataplane+extproc), 2 backends, PostgreSQL, S3 (versitygw), Redis + envoyproxy/ratelimit, vendors in us and asia\n")
 	fmt.Fprintf(&b, "faults applied (%d):\n", len(s.rec.faults))
 	for _, w := range s.rec.faults {
-		fmt.Fprintf(&b, "  %-32s at +%5.1fs for %5.1fs, failed operations started in it: %d\n", w.name,
-			w.start.Sub(s.rec.faults[0].start).Seconds(), w.end.Sub(w.start).Seconds(), failuresBy[w.name])
+		fmt.Fprintf(&b, "  %-30s at +%5.1fs for %4.1fs: vendor requests us %5d, asia %5d\n", w.name,
+			w.start.Sub(s.rec.faults[0].start).Seconds(), w.end.Sub(w.start).Seconds(), w.usHits, w.asiaHits)
 	}
-	fmt.Fprintf(&b, "operations: %d, failed %d (outside any fault window: %d)\n", total, failed, failuresBy["no fault"])
+	fmt.Fprintf(&b, "failed operations by the fault they started in (or within 1s of):\n")
+	for _, w := range s.faults(nil) {
+		fmt.Fprintf(&b, "  %-30s %d\n", w.name, failuresBy[w.name])
+	}
+	fmt.Fprintf(&b, "  %-30s %d\n", "no fault", failuresBy["no fault"])
+	fmt.Fprintf(&b, "operations: %d, failed %d\n", total, failed)
 	kinds := make([]string, 0, len(byKind))
 	for k := range byKind {
 		kinds = append(kinds, k)
@@ -708,6 +794,11 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 	}
 	cpFailures := failuresBy["control plane SIGKILL+restart"]
 	fmt.Fprintf(&b, "control plane restart: %d failed operations (target 0)\n", cpFailures)
+	if push.err != nil {
+		fmt.Fprintf(&b, "routing change after the restarts: %v\n", push.err)
+	} else {
+		fmt.Fprintf(&b, "routing change after the restarts (drain vendor-us via the admin API): every gateway follows it within %s\n", push.worst.Round(time.Millisecond))
+	}
 
 	if successExReset < 99.9 {
 		miss("success ratio %.3f%% (leaving out the reset streams) is under 99.9%%", successExReset)
@@ -729,6 +820,9 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 	}
 	if rev.err != nil || rev.worst > 2*time.Second {
 		miss("revocation took %s (%v)", rev.worst, rev.err)
+	}
+	if push.err != nil {
+		miss("routing change after the restarts: %v", push.err)
 	}
 	if cpFailures > 0 {
 		miss("%d operations failed around the control plane restart", cpFailures)
