@@ -59,6 +59,7 @@ func TestSoak(t *testing.T) {
 
 	// The batch runs through the whole schedule.
 	batchID, inputFile := s.startBatch(t, batchLines)
+	s.batchID = batchID
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
@@ -110,6 +111,8 @@ type soak struct {
 	c   openai.Client
 	rec *recorder
 
+	batchID string
+
 	mu        sync.Mutex
 	files     []uploaded
 	responses []string
@@ -143,6 +146,8 @@ type faultWindow struct {
 	// usHits and asiaHits are the requests each region's vendor got
 	// during the fault: failover shows as asia taking the load.
 	usHits, asiaHits int64
+	// batch is the batch's progress when the fault started.
+	batch string
 }
 
 func (r *recorder) add(o op) {
@@ -329,6 +334,9 @@ func (s *soak) runSchedule(ctx context.Context, t *testing.T, d time.Duration) {
 		}
 		fl := faults[i%len(faults)]
 		w := faultWindow{name: fl.name, start: time.Now()}
+		if b, err := s.c.Batches.Get(context.Background(), s.batchID); err == nil {
+			w.batch = fmt.Sprintf("batch %s %d/%d", b.Status, b.RequestCounts.Completed+b.RequestCounts.Failed, b.RequestCounts.Total)
+		}
 		us, asia := s.f.vendors["us"].hits.Load(), s.f.vendors["asia"].hits.Load()
 		fl.apply(ctx, hold)
 		w.end = time.Now()
@@ -737,8 +745,8 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 	fmt.Fprintf(&b, "fleet: 1 control plane, 3 gateways (dataplane+extproc), 2 backends, PostgreSQL, S3 (versitygw), Redis + envoyproxy/ratelimit, vendors in us and asia\n")
 	fmt.Fprintf(&b, "faults applied (%d):\n", len(s.rec.faults))
 	for _, w := range s.rec.faults {
-		fmt.Fprintf(&b, "  %-30s at +%5.1fs for %4.1fs: vendor requests us %5d, asia %5d\n", w.name,
-			w.start.Sub(s.rec.faults[0].start).Seconds(), w.end.Sub(w.start).Seconds(), w.usHits, w.asiaHits)
+		fmt.Fprintf(&b, "  %-30s at +%5.1fs for %4.1fs: vendor requests us %5d, asia %5d; %s\n", w.name,
+			w.start.Sub(s.rec.faults[0].start).Seconds(), w.end.Sub(w.start).Seconds(), w.usHits, w.asiaHits, w.batch)
 	}
 	fmt.Fprintf(&b, "failed operations by the fault they started in (or within 1s of):\n")
 	for _, w := range s.faults(nil) {
