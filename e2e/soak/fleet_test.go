@@ -40,6 +40,7 @@ type fleet struct {
 	dir     string
 	env     []string
 	cfgPath string
+	dsn     string
 
 	redis   *ratelimittest.RedisServer
 	rlsAddr string
@@ -66,6 +67,7 @@ type gatewayProcs struct {
 func startFleet(t *testing.T) *fleet {
 	f := &fleet{t: t, bin: buildSwitchyard(t), dir: t.TempDir(), vendors: map[string]*vendor{}}
 	dsn := pgtest.DSN(t)
+	f.dsn = dsn
 	_, bucket := s3test.Bucket(t)
 	f.env = append(os.Environ(),
 		"SY_SOAK_PG_DSN="+dsn, "SY_SOAK_S3_ACCESS="+s3test.AccessKey, "SY_SOAK_S3_SECRET="+s3test.SecretKey,
@@ -280,6 +282,13 @@ func (p *proc) start() {
 		close(exited)
 	}()
 	p.cmd, p.exited = cmd, exited
+}
+
+// pid is the running process's id.
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
 }
 
 // waitReady polls the process's health endpoint until it answers 200.

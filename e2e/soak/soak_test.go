@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
@@ -55,11 +56,8 @@ func TestSoak(t *testing.T) {
 	t.Logf("fleet up in %s", time.Since(began).Round(time.Millisecond))
 	secret, _ := f.createKey("soak", "enterprise", 1_000_000, 1_000_000_000)
 	c := f.client(secret)
-	s := &soak{f: f, c: c, rec: &recorder{}}
+	s := &soak{f: f, c: c, rec: &recorder{}, batchLines: batchLines}
 
-	// The batch runs through the whole schedule.
-	batchID, inputFile := s.startBatch(t, batchLines)
-	s.batchID = batchID
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
@@ -78,7 +76,10 @@ func TestSoak(t *testing.T) {
 
 	// Checks after the workload: batch, files, stored responses, then the
 	// rate limit and revocation on a quiet fleet.
-	batch := s.checkBatch(t, batchID, inputFile, batchLines)
+	var batch batchResult
+	for i, b := range s.batches {
+		batch.add(s.checkBatch(t, b.id, i, b.lines))
+	}
 	files := s.checkFiles(t)
 	stored := s.checkResponses(t)
 	rpm := s.checkRPM(t)
@@ -111,7 +112,9 @@ type soak struct {
 	c   openai.Client
 	rec *recorder
 
-	batchID string
+	batchLines int
+	batches    []batchRun
+	note       string // what the fault in progress did, for the report
 
 	mu        sync.Mutex
 	files     []uploaded
@@ -146,7 +149,7 @@ type faultWindow struct {
 	// usHits and asiaHits are the requests each region's vendor got
 	// during the fault: failover shows as asia taking the load.
 	usHits, asiaHits int64
-	// batch is the batch's progress when the fault started.
+	// batch says what a backends kill hit.
 	batch string
 }
 
@@ -290,15 +293,21 @@ func (s *soak) faults(t *testing.T) []fault {
 	}
 	var gw int
 	return []fault{
-		// Each backends replica in turn, so the one running the batch is
-		// killed mid-batch: the other takes it over when its lease (3 s)
+		// A batch is created (the first time the run's main batch, then
+		// a smaller one each cycle), and the replica that claims it is
+		// killed mid-batch: the other takes it over when the lease (3 s)
 		// expires.
-		{"backends SIGKILL+restart", func(context.Context, time.Duration) {
-			for _, p := range f.backends {
-				p.kill()
-				p.start()
-				p.waitReady(60 * time.Second)
+		{"backends SIGKILL+restart", func(ctx context.Context, _ time.Duration) {
+			lines := 500
+			if len(s.batches) == 0 {
+				lines = s.batchLines
 			}
+			id := s.startBatch(t, lines)
+			p, note := s.batchRunner(t, id)
+			s.note = note
+			p.kill()
+			p.start()
+			p.waitReady(60 * time.Second)
 		}},
 		{"gateway SIGKILL+restart", func(context.Context, time.Duration) {
 			f.killGateway(gw % len(f.gateways))
@@ -334,24 +343,29 @@ func (s *soak) runSchedule(ctx context.Context, t *testing.T, d time.Duration) {
 		}
 		fl := faults[i%len(faults)]
 		w := faultWindow{name: fl.name, start: time.Now()}
-		if b, err := s.c.Batches.Get(context.Background(), s.batchID); err == nil {
-			w.batch = fmt.Sprintf("batch %s %d/%d", b.Status, b.RequestCounts.Completed+b.RequestCounts.Failed, b.RequestCounts.Total)
-		}
+		s.note = ""
 		us, asia := s.f.vendors["us"].hits.Load(), s.f.vendors["asia"].hits.Load()
 		fl.apply(ctx, hold)
 		w.end = time.Now()
 		w.usHits, w.asiaHits = s.f.vendors["us"].hits.Load()-us, s.f.vendors["asia"].hits.Load()-asia
+		w.batch = s.note
 		s.rec.mu.Lock()
 		s.rec.faults = append(s.rec.faults, w)
 		s.rec.mu.Unlock()
 	}
 }
 
+type batchRun struct {
+	id    string
+	lines int
+}
+
 // startBatch uploads an input of n lines and creates a batch of it.
-func (s *soak) startBatch(t *testing.T, n int) (batchID, inputID string) {
+func (s *soak) startBatch(t *testing.T, n int) string {
+	seq := len(s.batches)
 	var in strings.Builder
 	for i := range n {
-		fmt.Fprintf(&in, `{"custom_id":"line-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"soak/chat","messages":[{"role":"user","content":"batch line %d"}]}}`+"\n", i, i)
+		fmt.Fprintf(&in, `{"custom_id":"line-%d","method":"POST","url":"/v1/chat/completions","body":{"model":"soak/chat","messages":[{"role":"user","content":"batch %d line %d"}]}}`+"\n", i, seq, i)
 	}
 	ctx := context.Background()
 	fl, err := s.c.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(in.String()), "batch.jsonl", "application/jsonl"),
@@ -364,19 +378,73 @@ func (s *soak) startBatch(t *testing.T, n int) (batchID, inputID string) {
 	if err != nil {
 		t.Fatalf("batch create: %v", err)
 	}
-	return b.ID, fl.ID
+	s.batches = append(s.batches, batchRun{id: b.ID, lines: n})
+	return b.ID
+}
+
+// batchRunner waits for a replica to claim the batch and returns it (by
+// the process id in its lease), with a note of the batch's progress; the
+// first replica if the batch ended before a claim was seen.
+func (s *soak) batchRunner(t *testing.T, id string) (*proc, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.f.dsn)
+	if err != nil {
+		t.Fatalf("batch lease: %v", err)
+	}
+	defer conn.Close(context.Background())
+	for ctx.Err() == nil {
+		var owner, status string
+		err := conn.QueryRow(ctx, `SELECT lease_owner, status FROM batches WHERE id = $1`, id).Scan(&owner, &status)
+		if err != nil {
+			t.Fatalf("batch lease: %v", err)
+		}
+		for _, p := range s.f.backends {
+			if owner != "" && strings.Contains(owner, fmt.Sprintf("-%d-", p.pid())) {
+				b, _ := s.c.Batches.Get(ctx, id)
+				done := int64(0)
+				if b != nil {
+					done = b.RequestCounts.Completed + b.RequestCounts.Failed
+				}
+				return p, fmt.Sprintf("(killed %s running batch %d at %d lines done)", p.name, len(s.batches), done)
+			}
+		}
+		if status == "completed" || status == "failed" {
+			return s.f.backends[0], fmt.Sprintf("(batch %d %s before a claim was seen; killed %s)", len(s.batches), status, s.f.backends[0].name)
+		}
+		time.Sleep(5 * time.Millisecond) // polling for the claim
+	}
+	t.Fatalf("batch %s not claimed within 30s", id)
+	return nil, ""
 }
 
 type batchResult struct {
 	status                     string
+	batches                    int
 	lines, ok, errored         int
 	lost, duplicated, wrongAns int
 	took                       time.Duration
 }
 
+// add sums up the batches' results; the status is the first one not
+// completed, else completed.
+func (r *batchResult) add(o batchResult) {
+	if r.status == "" || r.status == "completed" {
+		r.status = o.status
+	}
+	r.batches++
+	r.lines += o.lines
+	r.ok += o.ok
+	r.errored += o.errored
+	r.lost += o.lost
+	r.duplicated += o.duplicated
+	r.wrongAns += o.wrongAns
+	r.took = max(r.took, o.took)
+}
+
 // checkBatch waits for the batch to end and counts its output and error
 // lines by custom_id.
-func (s *soak) checkBatch(t *testing.T, id, _ string, n int) batchResult {
+func (s *soak) checkBatch(t *testing.T, id string, seq, n int) batchResult {
 	ctx := context.Background()
 	start := time.Now()
 	var b *openai.Batch
@@ -434,7 +502,7 @@ func (s *soak) checkBatch(t *testing.T, id, _ string, n int) batchResult {
 			seen[line.CustomID]++
 			if ok {
 				r.ok++
-				want := "Echo: batch line " + strings.TrimPrefix(line.CustomID, "line-")
+				want := fmt.Sprintf("Echo: batch %d line %s", seq, strings.TrimPrefix(line.CustomID, "line-"))
 				if len(line.Response.Body.Choices) != 1 || line.Response.Body.Choices[0].Message.Content != want {
 					r.wrongAns++
 				}
@@ -745,7 +813,7 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 	fmt.Fprintf(&b, "fleet: 1 control plane, 3 gateways (dataplane+extproc), 2 backends, PostgreSQL, S3 (versitygw), Redis + envoyproxy/ratelimit, vendors in us and asia\n")
 	fmt.Fprintf(&b, "faults applied (%d):\n", len(s.rec.faults))
 	for _, w := range s.rec.faults {
-		fmt.Fprintf(&b, "  %-30s at +%5.1fs for %4.1fs: vendor requests us %5d, asia %5d; %s\n", w.name,
+		fmt.Fprintf(&b, "  %-30s at +%5.1fs for %4.1fs: vendor requests us %5d, asia %5d %s\n", w.name,
 			w.start.Sub(s.rec.faults[0].start).Seconds(), w.end.Sub(w.start).Seconds(), w.usHits, w.asiaHits, w.batch)
 	}
 	fmt.Fprintf(&b, "failed operations by the fault they started in (or within 1s of):\n")
@@ -789,8 +857,8 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 			fmt.Fprintf(&b, "  %4d x %s\n", e.n, e.k)
 		}
 	}
-	fmt.Fprintf(&b, "batch: %s, %d lines: %d answered (%d with a wrong answer), %d error lines, %d lost, %d duplicated (target 0, 0); done %s after the workload\n",
-		batch.status, batch.lines, batch.ok, batch.wrongAns, batch.errored, batch.lost, batch.duplicated, batch.took.Round(time.Second))
+	fmt.Fprintf(&b, "batches: %d, %s, %d lines: %d answered (%d with a wrong answer), %d error lines, %d lost, %d duplicated (target 0, 0); done %s after the workload\n",
+		batch.batches, batch.status, batch.lines, batch.ok, batch.wrongAns, batch.errored, batch.lost, batch.duplicated, batch.took.Round(time.Second))
 	fmt.Fprintf(&b, "files: %d/%d intact by sha256\n", files.intact, files.checked)
 	fmt.Fprintf(&b, "stored responses: %d/%d retrievable\n", stored.retrievable, stored.checked)
 	fmt.Fprintf(&b, "rate limit: a fresh free key (10 rpm), %d requests over %d gateways in one window: %d allowed, %d limited (429), %d other (target exactly 10 allowed)\n",

@@ -120,7 +120,10 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 	c := &Component{
 		Addr:    lis.Addr(),
 		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
-		closers: []func(){srv.GracefulStop, cancel},
+		// Stop, not GracefulStop: xDS streams never end on their own, so a
+		// graceful stop would wait for its subscribers forever (SIGTERM
+		// hung while any data plane was connected). They reconnect.
+		closers: []func(){srv.Stop, cancel},
 		metrics: cp.WritePrometheus,
 	}
 	if opts.AdminListen != "" {
