@@ -361,13 +361,12 @@ func (p *proc) logTail() string {
 
 // Vendor fault modes.
 const (
-	modeServe  int32 = iota
-	mode500          // every request answered 500
-	modeHang         // no answer until the caller gives up
-	modeReset        // streams reset by the vendor after a few events
-	modeDown         // connections accepted and closed at once (the region is down)
+	modeServe int32 = iota
+	mode500         // every request answered 500
+	modeHang        // no answer until the caller gives up
+	modeReset       // streams reset by the vendor after a few events
+	modeDown        // connections accepted and closed at once (the region is down)
 )
-
 
 // vendor is a fake OpenAI-compatible vendor with a fault switch in front.
 type vendor struct {

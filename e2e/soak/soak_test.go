@@ -58,7 +58,6 @@ func TestSoak(t *testing.T) {
 	c := f.client(secret)
 	s := &soak{f: f, c: c, rec: &recorder{}, batchLines: batchLines}
 
-
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
 	workers := 6

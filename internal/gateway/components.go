@@ -118,8 +118,8 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 		go cp.WatchFile(watchCtx, opts.ConfigPath, opts.ReloadInterval)
 	}
 	c := &Component{
-		Addr:    lis.Addr(),
-		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
+		Addr:  lis.Addr(),
+		ready: func() bool { return true }, // Update succeeded: every node has a snapshot
 		// Stop, not GracefulStop: xDS streams never end on their own, so a
 		// graceful stop would wait for its subscribers forever (SIGTERM
 		// hung while any data plane was connected). They reconnect.
