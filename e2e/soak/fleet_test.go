@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,8 @@ type fleet struct {
 	redis   *ratelimittest.RedisServer
 	rlsAddr string
 	vendors map[string]*vendor // by region
+	// batchSends: see vendor.
+	batchSends sync.Map
 
 	control   *proc
 	xdsAddr   string
@@ -75,7 +78,7 @@ func startFleet(t *testing.T) *fleet {
 		"SWITCHYARD_ADMIN_TOKEN="+adminToken, "SWITCHYARD_INTERNAL_TOKEN="+internalToken,
 		vendorKeyEnv+"="+vendorKey)
 	for _, region := range []string{"us", "asia"} {
-		f.vendors[region] = startVendor(t, region)
+		f.vendors[region] = startVendor(t, region, &f.batchSends)
 	}
 	f.redis = ratelimittest.StartRedis(t)
 
@@ -374,14 +377,20 @@ type vendor struct {
 	addr   string
 	mode   atomic.Int32
 	hits   atomic.Int64
+	// batchSends counts the requests of each batch line ("batch N line
+	// I", its user message) across both vendors: lines re-sent after a
+	// takeover show as counts above one.
+	batchSends *sync.Map
 }
 
-func startVendor(t *testing.T, region string) *vendor {
+var batchLineRE = regexp.MustCompile(`"batch \d+ line \d+"`)
+
+func startVendor(t *testing.T, region string, batchSends *sync.Map) *vendor {
 	h, err := fake.Handler(fake.KindOpenAI, fake.Options{APIKey: vendorKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &vendor{region: region}
+	v := &vendor{region: region, batchSends: batchSends}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -389,6 +398,17 @@ func startVendor(t *testing.T, region string) *vendor {
 	v.addr = lis.Addr().String()
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v.hits.Add(1)
+		if r.Body != nil && strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			if m := batchLineRE.Find(body); m != nil {
+				n, _ := v.batchSends.LoadOrStore(string(m), new(atomic.Int64))
+				n.(*atomic.Int64).Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
 		switch v.mode.Load() {
 		case mode500:
 			r.Header.Set(fake.HeaderStatus, "500")

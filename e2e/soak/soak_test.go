@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -392,26 +393,29 @@ func (s *soak) batchRunner(t *testing.T, id string) (*proc, string) {
 		t.Fatalf("batch lease: %v", err)
 	}
 	defer conn.Close(context.Background())
+	// Wait for a tenth of the lines to be recorded, so the kill lands
+	// mid-batch, with progress checkpointed and lines in flight.
+	lines := s.batches[len(s.batches)-1].lines
 	for ctx.Err() == nil {
 		var owner, status string
 		err := conn.QueryRow(ctx, `SELECT lease_owner, status FROM batches WHERE id = $1`, id).Scan(&owner, &status)
 		if err != nil {
 			t.Fatalf("batch lease: %v", err)
 		}
+		if status == "completed" || status == "failed" {
+			return s.f.backends[0], fmt.Sprintf("(batch %d %s before the kill; killed %s)", len(s.batches), status, s.f.backends[0].name)
+		}
+		b, err := s.c.Batches.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("batch get: %v", err)
+		}
+		done := b.RequestCounts.Completed + b.RequestCounts.Failed
 		for _, p := range s.f.backends {
-			if owner != "" && strings.Contains(owner, fmt.Sprintf("-%d-", p.pid())) {
-				b, _ := s.c.Batches.Get(ctx, id)
-				done := int64(0)
-				if b != nil {
-					done = b.RequestCounts.Completed + b.RequestCounts.Failed
-				}
-				return p, fmt.Sprintf("(killed %s running batch %d at %d lines done)", p.name, len(s.batches), done)
+			if owner != "" && strings.Contains(owner, fmt.Sprintf("-%d-", p.pid())) && done >= int64(lines/10) {
+				return p, fmt.Sprintf("(killed %s running batch %d at %d/%d lines)", p.name, len(s.batches), done, lines)
 			}
 		}
-		if status == "completed" || status == "failed" {
-			return s.f.backends[0], fmt.Sprintf("(batch %d %s before a claim was seen; killed %s)", len(s.batches), status, s.f.backends[0].name)
-		}
-		time.Sleep(5 * time.Millisecond) // polling for the claim
+		time.Sleep(5 * time.Millisecond) // polling for the claim and the progress
 	}
 	t.Fatalf("batch %s not claimed within 30s", id)
 	return nil, ""
@@ -422,7 +426,9 @@ type batchResult struct {
 	batches                    int
 	lines, ok, errored         int
 	lost, duplicated, wrongAns int
-	took                       time.Duration
+	// resent: lines that reached a vendor more than once.
+	resent int
+	took   time.Duration
 }
 
 // add sums up the batches' results; the status is the first one not
@@ -438,6 +444,7 @@ func (r *batchResult) add(o batchResult) {
 	r.lost += o.lost
 	r.duplicated += o.duplicated
 	r.wrongAns += o.wrongAns
+	r.resent += o.resent
 	r.took = max(r.took, o.took)
 }
 
@@ -518,6 +525,9 @@ func (s *soak) checkBatch(t *testing.T, id string, seq, n int) batchResult {
 			r.lost++
 		case c > 1:
 			r.duplicated++
+		}
+		if v, ok := s.f.batchSends.Load(fmt.Sprintf(`"batch %d line %d"`, seq, i)); ok && v.(*atomic.Int64).Load() > 1 {
+			r.resent++
 		}
 	}
 	r.took = time.Since(start)
@@ -858,6 +868,8 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 	}
 	fmt.Fprintf(&b, "batches: %d, %s, %d lines: %d answered (%d with a wrong answer), %d error lines, %d lost, %d duplicated (target 0, 0); done %s after the workload\n",
 		batch.batches, batch.status, batch.lines, batch.ok, batch.wrongAns, batch.errored, batch.lost, batch.duplicated, batch.took.Round(time.Second))
+	fmt.Fprintf(&b, "batch lines that reached a vendor more than once: %d (bound: the lines in flight on a killed replica, at most 64 a kill, %d kills of a batch runner)\n",
+		batch.resent, batch.batches)
 	fmt.Fprintf(&b, "files: %d/%d intact by sha256\n", files.intact, files.checked)
 	fmt.Fprintf(&b, "stored responses: %d/%d retrievable\n", stored.retrievable, stored.checked)
 	fmt.Fprintf(&b, "rate limit: a fresh free key (10 rpm), %d requests over %d gateways in one window: %d allowed, %d limited (429), %d other (target exactly 10 allowed)\n",
