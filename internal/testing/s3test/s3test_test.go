@@ -2,6 +2,7 @@ package s3test_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -41,5 +42,25 @@ func TestBucketPerTest(t *testing.T) {
 	}
 	if len(list.Contents) != 0 {
 		t.Fatalf("the other bucket lists %d objects", len(list.Contents))
+	}
+}
+
+// A bucket left with more objects than one listing page holds is emptied
+// and removed when its test ends.
+func TestBucketEmptiedAtEnd(t *testing.T) {
+	ctx := context.Background()
+	var c *s3.Client
+	var name string
+	t.Run("fill", func(t *testing.T) {
+		c, name = s3test.Bucket(t)
+		for i := range 1200 {
+			key := fmt.Sprintf("dir/%04d", i)
+			if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(name), Key: aws.String(key), Body: strings.NewReader("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if _, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(name)}); err == nil {
+		t.Fatalf("bucket %s still exists after its test", name)
 	}
 }
