@@ -386,7 +386,9 @@ type vendor struct {
 var batchLineRE = regexp.MustCompile(`"batch \d+ line \d+"`)
 
 func startVendor(t *testing.T, region string, batchSends *sync.Map) *vendor {
-	h, err := fake.Handler(fake.KindOpenAI, fake.Options{APIKey: vendorKey})
+	// Streams take a while (10 ms between events, about 80 ms a stream),
+	// as a model's do, so a gateway killed mid-run has streams in flight.
+	h, err := fake.Handler(fake.KindOpenAI, fake.Options{APIKey: vendorKey, ChunkDelay: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 var (
 	soakDuration = flag.Duration("soak.duration", 0, "how long the workload runs under faults (default: the short run of make test, 40s; make soak: 10m)")
 	soakBatch    = flag.Int("soak.batch-lines", 0, "lines of the batch (default 1000 in the short run, 5000 from 5m)")
+	soakCycles   = flag.Int("soak.cycles", 0, "times the fault schedule runs (default: once in a run shorter than 5m, else as many times as fit)")
 )
 
 func TestMain(m *testing.M) {
@@ -61,7 +62,7 @@ func TestSoak(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
-	workers := 6
+	workers := 8
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -70,7 +71,11 @@ func TestSoak(t *testing.T) {
 			s.work(ctx, w)
 		}()
 	}
-	s.runSchedule(ctx, t, duration)
+	cycles := *soakCycles
+	if cycles == 0 && duration < 5*time.Minute {
+		cycles = 1
+	}
+	s.runSchedule(ctx, t, duration, cycles)
 	wg.Wait()
 	workloadEnd := time.Now()
 
@@ -328,14 +333,15 @@ func (s *soak) faults(t *testing.T) []fault {
 }
 
 // runSchedule applies the faults one after the other, a quiet gap before
-// each, cycling until the run ends; every fault gets at least one turn
-// when the run is long enough (the short run's 40 s is).
-func (s *soak) runSchedule(ctx context.Context, t *testing.T, d time.Duration) {
+// each, cycling until the run ends or cycles (0: no bound) are done; every
+// fault gets at least one turn when the run is long enough (the short
+// run's 40 s is).
+func (s *soak) runSchedule(ctx context.Context, t *testing.T, d time.Duration, cycles int) {
 	faults := s.faults(t)
 	gap := d / time.Duration(len(faults)+1) / 2
 	gap = min(max(gap, time.Second), 10*time.Second)
 	hold := min(max(gap, 2*time.Second), 10*time.Second)
-	for i := 0; ; i++ {
+	for i := 0; cycles == 0 || i < cycles*len(faults); i++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -818,7 +824,7 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 		return 100 * float64(ok) / float64(all)
 	}
 	fmt.Fprintf(&b, "=== Switchyard soak report ===\n")
-	fmt.Fprintf(&b, "workload %s under faults (wall %s), 6 openai-go clients (2 retries) round-robin over 3 gateways\n", d, wall.Round(time.Second))
+	fmt.Fprintf(&b, "workload %s under faults (wall %s), 8 openai-go clients (2 retries) round-robin over 3 gateways\n", d, wall.Round(time.Second))
 	fmt.Fprintf(&b, "fleet: 1 control plane, 3 gateways (dataplane+extproc), 2 backends, PostgreSQL, S3 (versitygw), Redis + envoyproxy/ratelimit, vendors in us and asia\n")
 	fmt.Fprintf(&b, "faults applied (%d):\n", len(s.rec.faults))
 	for _, w := range s.rec.faults {
