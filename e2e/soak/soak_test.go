@@ -120,6 +120,7 @@ type soak struct {
 	batchLines int
 	batches    []batchRun
 	note       string // what the fault in progress did, for the report
+	faultNames []string
 
 	mu        sync.Mutex
 	files     []uploaded
@@ -338,6 +339,9 @@ func (s *soak) faults(t *testing.T) []fault {
 // run's 40 s is).
 func (s *soak) runSchedule(ctx context.Context, t *testing.T, d time.Duration, cycles int) {
 	faults := s.faults(t)
+	for _, fl := range faults {
+		s.faultNames = append(s.faultNames, fl.name)
+	}
 	gap := d / time.Duration(len(faults)+1) / 2
 	gap = min(max(gap, time.Second), 10*time.Second)
 	hold := min(max(gap, 2*time.Second), 10*time.Second)
@@ -832,8 +836,8 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 			w.start.Sub(s.rec.faults[0].start).Seconds(), w.end.Sub(w.start).Seconds(), w.usHits, w.asiaHits, w.batch)
 	}
 	fmt.Fprintf(&b, "failed operations by the fault they started in (or within 1s of):\n")
-	for _, w := range s.faults(nil) {
-		fmt.Fprintf(&b, "  %-30s %d\n", w.name, failuresBy[w.name])
+	for _, name := range s.faultNames {
+		fmt.Fprintf(&b, "  %-30s %d\n", name, failuresBy[name])
 	}
 	fmt.Fprintf(&b, "  %-30s %d\n", "no fault", failuresBy["no fault"])
 	fmt.Fprintf(&b, "operations: %d, failed %d\n", total, failed)
