@@ -80,6 +80,15 @@ test: build vet lint test-deps spec-check
 	@# Every benchmark once, so none rots unnoticed until make bench (numbers: make bench).
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
+# The chaos and soak run (e2e/soak): a fleet of real processes on loopback under a mixed
+# openai-go workload while faults are injected on a schedule; prints the report and fails
+# when a target is missed. make test runs its short version (about a minute); this one
+# runs the workload for SOAK_DURATION (docs/operations.md, "Soak and chaos").
+SOAK_DURATION ?= 10m
+.PHONY: soak
+soak: test-deps
+	$(GO) test -count=1 -v -timeout 0 -run '^TestSoak$$' ./e2e/soak/ -args -soak.duration=$(SOAK_DURATION)
+
 # Benchmarks (cmd/bench): latency Switchyard adds over a direct call, side by side with
 # nginx and the Portkey gateway; streaming; hot-path microbenchmarks; peak RSS; file
 # upload/download and batch throughput on embedded and fleet storage. Writes

@@ -187,10 +187,23 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 // GET /metrics the component's metrics (Prometheus text; extproc's
 // rate-limiting outcomes; with Envoy, request metrics are Envoy's own).
 func serveUntilDone(ctx context.Context, c *gateway.Component, what, health string, stdout io.Writer) error {
+	stop, err := serveHealth(c, what, health, stdout)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fmt.Fprintf(stdout, "%s serving on %s\n", what, c.Addr)
+	<-ctx.Done()
+	return nil
+}
+
+// serveHealth serves the health endpoint (see serveUntilDone) on health,
+// if not empty, until stop is called.
+func serveHealth(c *gateway.Component, what, health string, stdout io.Writer) (stop func(), err error) {
 	if health != "" {
 		lis, err := net.Listen("tcp", health)
 		if err != nil {
-			return fmt.Errorf("--health: %w", err)
+			return nil, fmt.Errorf("--health: %w", err)
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -210,10 +223,8 @@ func serveUntilDone(ctx context.Context, c *gateway.Component, what, health stri
 				fmt.Fprintf(stdout, "health endpoint stopped: %v\n", err)
 			}
 		}()
-		defer srv.Close()
 		fmt.Fprintf(stdout, "%s health at http://%s/healthz\n", what, lis.Addr())
+		return func() { _ = srv.Close() }, nil
 	}
-	fmt.Fprintf(stdout, "%s serving on %s\n", what, c.Addr)
-	<-ctx.Done()
-	return nil
+	return func() {}, nil
 }

@@ -71,24 +71,30 @@ func TestEnvoySnapshot(t *testing.T) {
 
 // TestControlPlaneAndExtProcSubcommands starts the two components as
 // deploy/ runs them, extproc on a Unix socket, and waits for extproc to be
-// ready, which needs the catalog from the control plane over xDS.
+// ready, which needs the catalog from the control plane over xDS; a
+// `switchyard dataplane` in Envoy's place serves the control plane's
+// listener on its own address and reaches extproc through the socket.
 func TestControlPlaneAndExtProcSubcommands(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	xds, cpHealth, epHealth := freePort(t), freePort(t), freePort(t)
+	xds, cpHealth, epHealth, dpHealth, public := freePort(t), freePort(t), freePort(t), freePort(t), freePort(t)
 	sock := filepath.Join(t.TempDir(), "extproc.sock")
 	// The default configuration's providers' credentials.
 	for _, env := range []string{"SWITCHYARD_FAKE_OPENAI_KEY", "SWITCHYARD_FAKE_ANTHROPIC_KEY", "SWITCHYARD_FAKE_GEMINI_KEY"} {
 		t.Setenv(env, "test-key")
 	}
-	done := make(chan error, 2)
-	var cpOut, epOut lockedBuffer
+	done := make(chan error, 3)
+	var cpOut, epOut, dpOut lockedBuffer
 	go func() {
 		done <- run(ctx, []string{"controlplane", "--listen", xds, "--health", cpHealth, "--log-level", "warn"}, &cpOut, &cpOut)
 	}()
 	go func() {
 		done <- run(ctx, []string{"extproc", "--xds", xds, "--listen", "unix:" + sock, "--data-dir", t.TempDir(),
 			"--health", epHealth, "--log-level", "warn"}, &epOut, &epOut)
+	}()
+	go func() {
+		done <- run(ctx, []string{"dataplane", "--xds", xds, "--extproc", "unix:" + sock, "--listen", public,
+			"--health", dpHealth, "--log-level", "warn"}, &dpOut, &dpOut)
 	}()
 	healthy := func(addr string) bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
@@ -99,9 +105,9 @@ func TestControlPlaneAndExtProcSubcommands(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for !(healthy(cpHealth) && healthy(epHealth)) {
+	for !(healthy(cpHealth) && healthy(epHealth) && healthy(dpHealth)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("not healthy in time\ncontrolplane: %s\nextproc: %s", cpOut.String(), epOut.String())
+			t.Fatalf("not healthy in time\ncontrolplane: %s\nextproc: %s\ndataplane: %s", cpOut.String(), epOut.String(), dpOut.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -119,8 +125,26 @@ func TestControlPlaneAndExtProcSubcommands(t *testing.T) {
 			t.Errorf("extproc /metrics: %d %s", resp.StatusCode, b)
 		}
 	}
+	// Through the data plane to extproc: an unknown key is refused there,
+	// in the OpenAI error shape.
+	req, _ := http.NewRequest(http.MethodPost, "http://"+public+"/v1/chat/completions",
+		strings.NewReader(`{"model":"demo/chat","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("authorization", "Bearer sk-not-a-key")
+	req.Header.Set("content-type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Error(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), `"invalid_api_key"`) {
+			t.Errorf("through the data plane: %d %s", resp.StatusCode, b)
+		}
+	}
+	if !strings.Contains(dpOut.String(), "dataplane serving on "+public) {
+		t.Errorf("dataplane output: %s", dpOut.String())
+	}
 	cancel()
-	for range 2 {
+	for range 3 {
 		if err := <-done; err != nil {
 			t.Errorf("exit: %v", err)
 		}

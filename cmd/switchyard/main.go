@@ -36,9 +36,13 @@ Usage:
   switchyard envoy validate [--bootstrap FILE] [--config FILE]
   switchyard controlplane [--config FILE] [--listen ADDR] [--health ADDR]
   switchyard extproc [--config FILE] [--xds ADDR] [--listen ADDR|unix:PATH] [--data-dir DIR] [--ratelimit ADDR] [--health ADDR]
+  switchyard dataplane [--config FILE] [--xds ADDR] [--extproc ADDR|unix:PATH] [--ratelimit ADDR] [--listen ADDR] [--listener NAME]
+                       [--region us|asia] [--health ADDR] [--shutdown-grace D]
   switchyard backends --gateway-url URL [--config FILE] [--listen ADDR] [--data-dir DIR] [--gateway-ca-file FILE] [--health ADDR]
 
-extproc and backends share the internal token in SWITCHYARD_INTERNAL_TOKEN
+dataplane is the Go data plane alone, in Envoy's place beside an extproc, configured by
+a controlplane over xDS (it keeps serving the last configuration while the control plane
+is away). extproc and backends share the internal token in SWITCHYARD_INTERNAL_TOKEN
 (run generates one when it is unset).
 
 Without --config, the embedded default configuration is used (demo models on
@@ -62,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return flag.ErrHelp
 	}
 	switch args[0] {
-	case "run", "extproc", "backends":
+	case "run", "extproc", "backends", "dataplane":
 		tuneGC()
 	}
 	switch args[0] {
@@ -87,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdControlPlane(ctx, args[1:], stdout, stderr)
 	case "extproc":
 		return cmdExtProc(ctx, args[1:], stdout, stderr)
+	case "dataplane":
+		return cmdDataPlane(ctx, args[1:], stdout, stderr)
 	case "backends":
 		return cmdBackends(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

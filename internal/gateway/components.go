@@ -133,9 +133,12 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*Componen
 	}
 	go cp.WatchRoutingStore(watchCtx, opts.RoutingPoll)
 	c := &Component{
-		Addr:    lis.Addr(),
-		ready:   func() bool { return true }, // Update succeeded: every node has a snapshot
-		closers: []func(){closeRouting, srv.GracefulStop, cancel},
+		Addr:  lis.Addr(),
+		ready: func() bool { return true }, // Update succeeded: every node has a snapshot
+		// Stop, not GracefulStop: xDS streams never end on their own, so a
+		// graceful stop would wait for its subscribers forever (SIGTERM
+		// hung while any data plane was connected). They reconnect.
+		closers: []func(){closeRouting, srv.Stop, cancel},
 		metrics: cp.WritePrometheus,
 	}
 	if opts.AdminListen != "" {

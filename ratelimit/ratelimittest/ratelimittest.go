@@ -268,3 +268,12 @@ func findOrInstallRedis() (string, error) {
 	}
 	return "", fmt.Errorf("apt-get installed redis-server but it is not in PATH\n%s", log.String())
 }
+
+// Restart kills the server (SIGKILL: its counters are lost, as with a
+// crash of a Redis without persistence) and starts a new one on the same
+// socket, returning once it accepts connections.
+func (r *RedisServer) Restart(t testing.TB) {
+	t.Helper()
+	r.Stop()
+	r.Start()
+}

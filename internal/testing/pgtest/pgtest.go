@@ -54,6 +54,8 @@ const User = "postgres"
 
 type cluster struct {
 	dir  string // owns data/ and the socket
+	bin  string // the directory of initdb and postgres
+	cred *syscall.Credential
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the postmaster has exited
 	log  *syncBuffer
@@ -122,6 +124,32 @@ func Stop() error {
 	return testserver.Stop("postgres", c.cmd.Process, c.done, syscall.SIGINT, 30*time.Second, c.log, c.dir)
 }
 
+// Restart stops the server the way an operator's restart does (fast
+// shutdown: open transactions roll back, every client is disconnected) and
+// starts it again on the same data directory and socket, returning once it
+// accepts connections. Databases and their contents survive; clients must
+// reconnect. It fails t when no server was started.
+func Restart(t testing.TB) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	c := started
+	if c == nil {
+		t.Fatal("pgtest: Restart before any DSN or Pool started the server")
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+	if err := c.launch(); err != nil {
+		started, startErr = nil, err
+		t.Fatalf("pgtest: restart: %v", err)
+	}
+}
+
 // get returns the running cluster, starting it on first use; it skips or
 // fails t when PostgreSQL cannot be had.
 func get(t testing.TB) *cluster {
@@ -188,8 +216,20 @@ func start() (*cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %w\n%s", err, out.String())
 	}
+	c := &cluster{dir: dir, bin: bin, cred: cred}
+	if err := c.launch(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+// launch starts the postmaster on the cluster's data directory and waits
+// until it accepts connections.
+func (c *cluster) launch() error {
+	dir, data := c.dir, filepath.Join(c.dir, "data")
 	log := &syncBuffer{}
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
+	cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", data,
 		"-k", dir, "-p", strconv.Itoa(Port),
 		"-c", "listen_addresses=",
 		// A throwaway cluster: durability buys nothing and costs time.
@@ -200,12 +240,11 @@ func start() (*cluster, error) {
 	cmd.Dir = dir
 	// Pdeathsig: the server dies with the test binary even when no TestMain
 	// stops it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start postgres: %w", err)
+		return fmt.Errorf("start postgres: %w", err)
 	}
-	c := &cluster{dir: dir, cmd: cmd, done: make(chan struct{}), log: log}
+	c.cmd, c.done, c.log = cmd, make(chan struct{}), log
 	go func() { _ = cmd.Wait(); close(c.done) }()
 
 	deadline := time.Now().Add(30 * time.Second)
@@ -214,19 +253,17 @@ func start() (*cluster, error) {
 		err := c.admin(ctx, "SELECT 1")
 		cancel()
 		if err == nil {
-			return c, nil
+			return nil
 		}
 		select {
 		case <-c.done:
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("postgres exited at start:\n%s", log.String())
+			return fmt.Errorf("postgres exited at start:\n%s", log.String())
 		default:
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
 			<-c.done
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("postgres did not accept connections in 30s: %v\n%s", err, log.String())
+			return fmt.Errorf("postgres did not accept connections in 30s: %v\n%s", err, log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

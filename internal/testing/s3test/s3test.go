@@ -43,6 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 )
@@ -141,10 +142,23 @@ func empty(ctx context.Context, c *s3.Client, bucket string) error {
 		if err != nil {
 			return err
 		}
-		for _, o := range page.Contents {
-			if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: o.Key}); err != nil {
-				return err
-			}
+		if len(page.Contents) == 0 {
+			continue
+		}
+		// One request per page (up to 1000 keys): a test that leaves
+		// thousands of objects (the soak) must not spend minutes here.
+		ids := make([]types.ObjectIdentifier, len(page.Contents))
+		for i, o := range page.Contents {
+			ids[i] = types.ObjectIdentifier{Key: o.Key}
+		}
+		out, err := c.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String(bucket),
+			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+		if err != nil {
+			return err
+		}
+		if len(out.Errors) > 0 {
+			e := out.Errors[0]
+			return fmt.Errorf("delete %s: %s %s (and %d more)", aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message), len(out.Errors)-1)
 		}
 	}
 	return nil

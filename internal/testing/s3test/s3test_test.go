@@ -2,6 +2,7 @@ package s3test_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -66,5 +67,25 @@ func TestServerOutsideTests(t *testing.T) {
 	}
 	if _, err := c.ListBuckets(ctx, &s3.ListBucketsInput{}); err == nil {
 		t.Error("the gateway still answers after Stop")
+	}
+}
+
+// A bucket left with more objects than one listing page holds is emptied
+// and removed when its test ends.
+func TestBucketEmptiedAtEnd(t *testing.T) {
+	ctx := context.Background()
+	var c *s3.Client
+	var name string
+	t.Run("fill", func(t *testing.T) {
+		c, name = s3test.Bucket(t)
+		for i := range 1200 {
+			key := fmt.Sprintf("dir/%04d", i)
+			if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(name), Key: aws.String(key), Body: strings.NewReader("x")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if _, err := c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(name)}); err == nil {
+		t.Fatalf("bucket %s still exists after its test", name)
 	}
 }
