@@ -229,6 +229,10 @@ type processor struct {
 	stream   extprocv3.ExternalProcessor_ProcessClient
 	cancel   context.CancelFunc
 	complete atomic.Bool // Envoy's processing_complete_
+	// timer bounds each message by message_timeout; one per stream, reset
+	// for every message (a streamed body makes one exchange per chunk).
+	timer    *time.Timer
+	timedOut atomic.Bool
 	// tracer, when tracing is on, makes a span per message, children of
 	// parent's span (tracing.go).
 	tracer trace.Tracer
@@ -283,6 +287,10 @@ func (p *processor) closeLocked() {
 	if p.cancel != nil {
 		p.cancel()
 		p.cancel = nil
+	}
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
 	}
 }
 
@@ -367,18 +375,23 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 		defer span.End()
 	}
 	stream, cancel := p.stream, p.cancel
-	var timedOut atomic.Bool
-	timer := time.AfterFunc(p.f.messageTimeout, func() {
-		timedOut.Store(true)
-		cancel()
-	})
+	p.timedOut.Store(false)
+	if p.timer == nil {
+		p.timer = time.AfterFunc(p.f.messageTimeout, func() {
+			p.timedOut.Store(true)
+			cancel()
+		})
+	} else {
+		p.timer.Reset(p.f.messageTimeout)
+	}
+	timer := p.timer
 	defer timer.Stop()
 	// A failed Send carries no status; Recv reports the stream's real error.
 	_ = stream.Send(req)
 	extended := false
 	for {
 		resp, err := stream.Recv()
-		if timedOut.Load() {
+		if p.timedOut.Load() {
 			return nil, p.failLocked(&failure{status: 504, code: "ext_proc_message_timeout",
 				msg: "The request timed out in the gateway."})
 		}
