@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/switchyard-ai/switchyard/internal/metrics"
+	// The hot path's gRPC messages marshal into pooled buffers.
+	_ "github.com/switchyard-ai/switchyard/internal/protocodec"
 )
 
 // Options configure a DataPlane.

@@ -137,6 +137,9 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("EDS: %v", err)
 	}
 	e.proc.setScript(routeToModel("m2"))
+	// Access lines are written after the response, by stream-done work of
+	// their own: wait for the earlier two so the next line is this request's.
+	e.logs.access(t, 2)
 	if resp, _ := e.post("/v1/chat/completions", "{}"); resp.StatusCode != 200 {
 		t.Fatalf("model m2: status %d", resp.StatusCode)
 	}

@@ -39,6 +39,8 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
 	"github.com/switchyard-ai/switchyard/internal/tracing"
+	// extproc's and the rate limit service's replies marshal into pooled buffers.
+	_ "github.com/switchyard-ai/switchyard/internal/protocodec"
 	"github.com/switchyard-ai/switchyard/internal/usage"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
