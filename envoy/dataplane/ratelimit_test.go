@@ -254,3 +254,67 @@ func TestLimitOverride(t *testing.T) {
 		}
 	}
 }
+
+// gatedRLS records every call as it arrives and answers only once gate is
+// closed, so the stream-done workers stay busy and later requests queue up
+// (or overflow the queue).
+type gatedRLS struct {
+	fakeRLS
+	gate chan struct{}
+}
+
+func (g *gatedRLS) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := g.fakeRLS.ShouldRateLimit(ctx, r)
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	return resp, err
+}
+
+// TestRateLimitStreamDoneQueueChargesEverything: with the stream-done
+// workers held up by a slow limiter, the finished requests' charges queue
+// up and overflow the queue; every one is still made, and Close returns
+// only once they all are.
+func TestRateLimitStreamDoneQueueChargesEverything(t *testing.T) {
+	defer func(n int) { streamDoneQueuePerWorker = n }(streamDoneQueuePerWorker)
+	streamDoneQueuePerWorker = 1
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rls := &gatedRLS{gate: make(chan struct{})}
+	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, rls)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	e := newEnv(t)
+	e.opts.StaticClusters[controlplane.RateLimitCluster] = lis.Addr().String()
+	e.dp = New(e.opts)
+	t.Cleanup(func() { _ = e.dp.Close() })
+	if err := e.dp.Apply(context.Background(), withRateLimitFilter(t, buildResources(t, e.up.URL, resOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	e.proc.setScript(metadataScript(nil, structpb.NewNumberValue(5)))
+	// More requests than the workers and the queue hold together.
+	n := 3*streamDoneWorkers() + 4
+	for range n {
+		if resp, body := e.post("/v1/chat/completions", `{}`); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	close(rls.gate)
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var hits uint64
+	got := rls.all()
+	for _, r := range got {
+		for _, d := range r.GetDescriptors() {
+			hits += d.GetHitsAddend().GetValue()
+		}
+	}
+	if len(got) != n || hits != uint64(5*n) {
+		t.Fatalf("after Close: %d calls charging %d tokens, want %d charging %d", len(got), hits, n, 5*n)
+	}
+}
