@@ -21,7 +21,7 @@ import (
 
 // streamDoneQueuePerWorker is the queue's capacity per worker (a
 // variable for the tests, which make the queue overflow).
-var streamDoneQueuePerWorker = 64
+var streamDoneQueuePerWorker = 8
 
 // streamDoneQueue is the workers' queue.
 type streamDoneQueue struct {
