@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -172,11 +171,9 @@ func AppendAny(buf []byte, key string, v any) []byte {
 		return strconv.AppendInt(buf, int64(v), 10)
 	case bool:
 		return strconv.AppendBool(buf, v)
-	case float64:
-		if math.IsInf(v, 0) || math.IsNaN(v) {
-			break // json fails; slog writes the error, below
-		}
 	}
+	// Floats too: slog encodes them with encoding/json, whose format
+	// strconv does not always match (and NaN and infinities fail).
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
