@@ -190,5 +190,9 @@ func appendPlainValue(b []byte, k string, v *structpb.Value) []byte {
 			return jsonlog.AppendInt(b, k, int64(f))
 		}
 	}
-	return jsonlog.AppendAny(b, k, plainValue(v))
+	n := len(b)
+	if out, ok := jsonlog.AppendStructValue(jsonlog.AppendKey(b, k), v); ok {
+		return out
+	}
+	return jsonlog.AppendAny(b[:n], k, plainValue(v))
 }

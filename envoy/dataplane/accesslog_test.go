@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -47,7 +48,10 @@ func TestAccessLogLineMatchesSlog(t *testing.T) {
 		"ratio": structpb.NewNumberValue(0.25), "big": structpb.NewNumberValue(1e300), "ok": structpb.NewBoolValue(true),
 		"none": structpb.NewNullValue(), "status": structpb.NewStringValue("shadowed"),
 		"list": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue("a"), structpb.NewNumberValue(2)}}),
-		"obj":  structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"z": structpb.NewNumberValue(1), "a": structpb.NewStringValue("<b>")}}),
+		"obj": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"z": structpb.NewNumberValue(1), "a": structpb.NewStringValue("<b>\b\f\u2028"),
+			"f": structpb.NewNumberValue(1e21), "g": structpb.NewNumberValue(0.1), "h": structpb.NewNumberValue(1e-7), "i": structpb.NewNumberValue(5000)}}),
+		"nan":  structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(math.NaN())}}),
+		"tiny": structpb.NewNumberValue(-2.5e-9),
 	}}
 	script := func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 		r, err := routeToModel(testModel)(req)

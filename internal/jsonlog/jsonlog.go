@@ -184,6 +184,9 @@ func AppendAny(buf []byte, key string, v any) []byte {
 	return append(buf, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
 }
 
+// AppendKey appends `,"key":`, for a value appended after it.
+func AppendKey(buf []byte, key string) []byte { return appendKey(buf, key) }
+
 func appendKey(buf []byte, key string) []byte {
 	buf = append(buf, ',')
 	buf = AppendStringValue(buf, key)

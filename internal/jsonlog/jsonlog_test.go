@@ -5,8 +5,11 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"strconv"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // TestFastPathMatchesSlog: a line written through the fast path is byte for
@@ -76,5 +79,51 @@ func TestNoFastPath(t *testing.T) {
 	slog.New(NewHandler(&b, nil)).Info("kept", "k", 1)
 	if bytes.Contains(b.Bytes(), []byte("dropped")) || !bytes.Contains(b.Bytes(), []byte(`"msg":"kept","k":1}`)) {
 		t.Errorf("slog path: %s", b.String())
+	}
+}
+
+// TestAppendStructValue: a Struct value is encoded as encoding/json (through
+// slog.Any) encodes its AsInterface, nested floats, escapes and key order
+// included; what encoding/json cannot encode is refused.
+func TestAppendStructValue(t *testing.T) {
+	strs := []string{"", "plain", `quo"te\`, "nl\ncr\rtab\tbs\bff\f", "ctl\x00\x1f\x7f", "<html>&amp;", "bad\xffutf8",
+		"line\u2028para\u2029", "😀"}
+	nums := []float64{0, math.Copysign(0, -1), 1, -7, 0.25, 5000, 1e9, 1e20, 1e21, 1e-6, 1e-7, 123456789.125, -3.5e-9, math.MaxFloat64, math.SmallestNonzeroFloat64}
+	var vals []*structpb.Value
+	for _, s := range strs {
+		vals = append(vals, structpb.NewStringValue(s))
+	}
+	for _, f := range nums {
+		vals = append(vals, structpb.NewNumberValue(f))
+	}
+	vals = append(vals, structpb.NewBoolValue(false), structpb.NewNullValue(), &structpb.Value{})
+	fields := map[string]*structpb.Value{}
+	for i, v := range vals {
+		fields[strs[i%len(strs)]+strconv.Itoa(i)] = v
+	}
+	list := structpb.NewListValue(&structpb.ListValue{Values: vals})
+	obj := structpb.NewStructValue(&structpb.Struct{Fields: fields})
+	nested := structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"b": list, "a": obj, "c": structpb.NewListValue(&structpb.ListValue{})}})
+	for _, v := range append(vals, list, obj, nested) {
+		var want bytes.Buffer
+		slog.New(slog.NewJSONHandler(&want, &slog.HandlerOptions{ReplaceAttr: func(g []string, a slog.Attr) slog.Attr {
+			if len(g) == 0 && a.Key != "v" {
+				return slog.Attr{}
+			}
+			return a
+		}})).Info("", "v", v.AsInterface())
+		got, ok := AppendStructValue([]byte(`{"v":`), v)
+		if !ok {
+			t.Fatalf("%v refused", v)
+		}
+		if g, w := string(got)+"}\n", want.String(); g != w {
+			t.Errorf("got  %s\nwant %s", g, w)
+		}
+	}
+	for _, f := range []float64{math.NaN(), math.Inf(-1)} {
+		bad := structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1), structpb.NewNumberValue(f)}})
+		if got, ok := AppendStructValue([]byte("x"), bad); ok || string(got) != "x" {
+			t.Errorf("%v: %q, %v", f, got, ok)
+		}
 	}
 }
