@@ -24,6 +24,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/jsonlog"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
@@ -201,7 +202,7 @@ func newRouteStack(t *testing.T, o routeStackOptions) *routeStack {
 		ConfigPath:     s.cfgPath, // reloaded every 500 ms when it changes
 		Region:         o.region,
 		DataDir:        t.TempDir(),
-		Logger:         slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: logLevel()})),
+		Logger:         slog.New(jsonlog.NewHandler(s.logs, &slog.HandlerOptions{Level: logLevel()})),
 		ListenOverride: "127.0.0.1:0",
 		AdminListen:    "127.0.0.1:0",
 		AdminToken:     s.adminToken,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/jsonlog"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/testing/apischema/schematest"
 	"github.com/switchyard-ai/switchyard/internal/testing/fake"
@@ -98,7 +99,7 @@ models:
 	gopts := gateway.Options{
 		Config:         cfg,
 		DataDir:        dataDir,
-		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:         slog.New(jsonlog.NewHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ListenOverride: "127.0.0.1:0",
 		// Fixed: rate limit windows never roll over during a test.
 		RateLimitClock: fixedClock{},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/jsonlog"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 	"github.com/switchyard-ai/switchyard/internal/testing/fake"
 )
@@ -90,7 +91,7 @@ func newStallStack(t *testing.T) *stack {
 	gw, err := gateway.Start(ctx, gateway.Options{
 		Config:         cfg,
 		DataDir:        t.TempDir(),
-		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:         slog.New(jsonlog.NewHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ListenOverride: "127.0.0.1:0",
 		RateLimitClock: fixedClock{},
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/jsonlog"
 	"github.com/switchyard-ai/switchyard/internal/tracing"
 )
 
@@ -178,7 +179,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(jsonlog.NewHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
 // serveUntilDone serves the health endpoint, if asked, until ctx ends:

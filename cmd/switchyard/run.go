@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-ai/switchyard/controlplane"
 	"github.com/switchyard-ai/switchyard/internal/config"
 	"github.com/switchyard-ai/switchyard/internal/gateway"
+	"github.com/switchyard-ai/switchyard/internal/jsonlog"
 	"github.com/switchyard-ai/switchyard/internal/keys"
 )
 
@@ -154,7 +155,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(jsonlog.NewHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	opts := gateway.Options{
 		DemoUpstream:   startDemoUpstream,

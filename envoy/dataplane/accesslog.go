@@ -2,14 +2,19 @@ package dataplane
 
 import (
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/switchyard-ai/switchyard/internal/catalog"
+	"github.com/switchyard-ai/switchyard/internal/jsonlog"
 )
 
 // accessFields are the access log's own fields; dynamic metadata keys with
@@ -34,6 +39,9 @@ func (s *requestState) logAccess() {
 		level = slog.LevelError
 	}
 	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	if h, ok := s.log.Handler().(lineHandler); ok && s.logAccessLine(h, level) {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 16)
@@ -89,4 +97,102 @@ func plainValue(v *structpb.Value) any {
 		return f
 	}
 	return v.AsInterface()
+}
+
+// lineHandler is a log handler taking whole pre-encoded JSON lines
+// (jsonlog.Handler): the access log line, written on every request, is
+// appended into a reused buffer rather than built from slog attributes and
+// encoded by slog.
+type lineHandler interface {
+	AppendStart(buf []byte, t time.Time, level slog.Level, msg string) ([]byte, bool)
+	WriteLine(line []byte) error
+}
+
+// accessBufs holds the access log's line buffers.
+var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// logAccessLine writes the access log line through h's fast path: the
+// same fields, names, order and encoding as the slog path of logAccess.
+// It reports false when h has no fast path.
+func (s *requestState) logAccessLine(h lineHandler, level slog.Level) bool {
+	bp := accessBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= 16<<10 { // a huge line's buffer is not kept
+			accessBufs.Put(bp)
+		}
+	}()
+	b, ok := h.AppendStart((*bp)[:0], time.Now(), level, "access")
+	if !ok {
+		return false
+	}
+	b = jsonlog.AppendString(b, "listener", s.lis.name)
+	b = jsonlog.AppendString(b, "method", s.r.Method)
+	b = jsonlog.AppendString(b, "path", s.path)
+	b = jsonlog.AppendString(b, "protocol", s.r.Proto)
+	b = jsonlog.AppendInt(b, "status", int64(s.status))
+	b = jsonlog.AppendInt(b, "duration_ms", s.end.Sub(s.start).Milliseconds())
+	b = jsonlog.AppendString(b, "upstream_cluster", s.cluster)
+	b = jsonlog.AppendString(b, "request_id", s.requestID)
+	b = jsonlog.AppendInt(b, "bytes_sent", s.bytesSent)
+	if s.attempts > 0 {
+		b = jsonlog.AppendString(b, "upstream_host", s.upstreamHost)
+		b = jsonlog.AppendInt(b, "attempts", int64(s.attempts))
+	}
+	if s.detail != "" {
+		b = jsonlog.AppendString(b, "response_detail", s.detail)
+	}
+	if len(s.flags) > 0 {
+		// The flags are Envoy's short codes: nothing to escape.
+		b = append(b, `,"response_flags":"`...)
+		for i, f := range s.flags {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, f...)
+		}
+		b = append(b, '"')
+	}
+	if s.span != nil {
+		if sc := s.span.SpanContext(); sc.HasTraceID() {
+			id := sc.TraceID()
+			b = append(b, `,"trace_id":"`...)
+			b = hex.AppendEncode(b, id[:])
+			b = append(b, '"')
+		}
+	}
+	if md := s.meta.get(catalog.MetadataNamespace); md != nil {
+		fields := md.GetFields()
+		var arr [24]string
+		keys := arr[:0]
+		for k := range fields {
+			if !accessFields[k] {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			b = appendPlainValue(b, k, fields[k])
+		}
+	}
+	*bp = b
+	_ = h.WriteLine(b) // as with slog, a line that fails to be written is dropped
+	return true
+}
+
+// appendPlainValue appends the field k with v's plainValue, as slog.Any
+// encodes it.
+func appendPlainValue(b []byte, k string, v *structpb.Value) []byte {
+	switch x := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return jsonlog.AppendString(b, k, x.StringValue)
+	case *structpb.Value_NumberValue:
+		if f := x.NumberValue; f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return jsonlog.AppendInt(b, k, int64(f))
+		}
+	}
+	n := len(b)
+	if out, ok := jsonlog.AppendStructValue(jsonlog.AppendKey(b, k), v); ok {
+		return out
+	}
+	return jsonlog.AppendAny(b[:n], k, plainValue(v))
 }

@@ -116,6 +116,7 @@ type DataPlane struct {
 	// streamDone counts finished requests whose stream-done work (the
 	// ratelimit call, the access log) is still running (stream.go, finish).
 	streamDone sync.WaitGroup
+	doneQ      *streamDoneQueue
 
 	// draining is set when Shutdown starts (readiness turns false);
 	// stopping is cancelled when its grace period is over, ending every
@@ -152,6 +153,7 @@ func New(opts Options) *DataPlane {
 	}
 	d.stopping, d.stopInFlight = context.WithCancel(context.Background())
 	d.cfg.Store(&snapshot{})
+	d.doneQ = newStreamDoneQueue(d)
 	return d
 }
 
@@ -353,7 +355,7 @@ func (d *DataPlane) Close() error {
 	wg.Wait()
 	// The stream-done calls of the last requests still need their gRPC
 	// channels.
-	d.streamDone.Wait()
+	d.doneQ.close(d.streamDone.Wait)
 	for _, e := range d.transports {
 		e.cluster.transport.CloseIdleConnections()
 	}

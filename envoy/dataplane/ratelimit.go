@@ -169,19 +169,28 @@ func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.
 }
 
 // metadataValue follows a metadata key's path through the request's
-// dynamic metadata.
+// dynamic metadata. It walks the namespace's fields in place (a Value
+// wrapping the namespace is made only for a path-less key).
 func (s *requestState) metadataValue(mk *metadatav3.MetadataKey) *structpb.Value {
 	ns := s.meta.get(mk.GetKey())
 	if ns == nil {
 		return nil
 	}
-	v := structpb.NewStructValue(ns)
-	for _, seg := range mk.GetPath() {
-		st := v.GetStructValue()
-		if st == nil {
-			return nil
+	path := mk.GetPath()
+	if len(path) == 0 {
+		return structpb.NewStructValue(ns)
+	}
+	fields := ns.GetFields()
+	var v *structpb.Value
+	for i, seg := range path {
+		if i > 0 {
+			st := v.GetStructValue()
+			if st == nil {
+				return nil
+			}
+			fields = st.GetFields()
 		}
-		if v = st.GetFields()[seg.GetKey()]; v == nil {
+		if v = fields[seg.GetKey()]; v == nil {
 			return nil
 		}
 	}

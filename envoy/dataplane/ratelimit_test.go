@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"slices"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -252,5 +255,118 @@ func TestLimitOverride(t *testing.T) {
 		if _, ok := limitOverride(tt.v); ok != tt.ok {
 			t.Errorf("limitOverride(%v) ok = %v, want %v", tt.v, ok, tt.ok)
 		}
+	}
+}
+
+// gatedRLS records every call as it arrives and answers only once gate is
+// closed, so the stream-done workers stay busy and later requests queue up
+// (or overflow the queue).
+type gatedRLS struct {
+	fakeRLS
+	gate chan struct{}
+}
+
+func (g *gatedRLS) ShouldRateLimit(ctx context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, err := g.fakeRLS.ShouldRateLimit(ctx, r)
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+	}
+	return resp, err
+}
+
+// TestRateLimitStreamDoneQueueChargesEverything: with the stream-done
+// workers held up by a slow limiter, the finished requests' charges queue
+// up and overflow the queue; every one is still made, and Close returns
+// only once they all are.
+func TestRateLimitStreamDoneQueueChargesEverything(t *testing.T) {
+	defer func(n int) { streamDoneQueuePerWorker = n }(streamDoneQueuePerWorker)
+	streamDoneQueuePerWorker = 1
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rls := &gatedRLS{gate: make(chan struct{})}
+	g := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(g, rls)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	e := newEnv(t)
+	e.opts.StaticClusters[controlplane.RateLimitCluster] = lis.Addr().String()
+	e.dp = New(e.opts)
+	t.Cleanup(func() { _ = e.dp.Close() })
+	if err := e.dp.Apply(context.Background(), withRateLimitFilter(t, buildResources(t, e.up.URL, resOpts{}))); err != nil {
+		t.Fatal(err)
+	}
+	e.proc.setScript(metadataScript(nil, structpb.NewNumberValue(5)))
+	// More requests than the workers and the queue hold together.
+	n := 3*streamDoneWorkers() + 4
+	for range n {
+		if resp, body := e.post("/v1/chat/completions", `{}`); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	close(rls.gate)
+	if err := e.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var hits uint64
+	got := rls.all()
+	for _, r := range got {
+		for _, d := range r.GetDescriptors() {
+			hits += d.GetHitsAddend().GetValue()
+		}
+	}
+	if len(got) != n || hits != uint64(5*n) {
+		t.Fatalf("after Close: %d calls charging %d tokens, want %d charging %d", len(got), hits, n, 5*n)
+	}
+}
+
+// TestMetadataValue: a metadata key's path is followed through the
+// request's dynamic metadata, nested structs included.
+func TestMetadataValue(t *testing.T) {
+	s := &requestState{}
+	inner := &structpb.Struct{Fields: map[string]*structpb.Value{"deep": structpb.NewStringValue("d")}}
+	s.meta.merge("ns", &structpb.Struct{Fields: map[string]*structpb.Value{
+		"key_id": structpb.NewStringValue("k"), "nested": structpb.NewStructValue(inner)}})
+	key := func(ns string, path ...string) *metadatav3.MetadataKey {
+		mk := &metadatav3.MetadataKey{Key: ns}
+		for _, p := range path {
+			mk.Path = append(mk.Path, &metadatav3.MetadataKey_PathSegment{Segment: &metadatav3.MetadataKey_PathSegment_Key{Key: p}})
+		}
+		return mk
+	}
+	for _, tt := range []struct {
+		name string
+		mk   *metadatav3.MetadataKey
+		want string // the value's JSON; "" for none
+	}{
+		{"one segment", key("ns", "key_id"), `"k"`},
+		{"nested", key("ns", "nested", "deep"), `"d"`},
+		{"a nested struct", key("ns", "nested"), `{"deep":"d"}`},
+		{"the namespace", key("ns"), `{"key_id":"k","nested":{"deep":"d"}}`},
+		{"missing field", key("ns", "absent"), ""},
+		{"through a string", key("ns", "key_id", "x"), ""},
+		{"missing nested", key("ns", "nested", "absent"), ""},
+		{"missing namespace", key("other", "key_id"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v := s.metadataValue(tt.mk)
+			got := ""
+			if v != nil {
+				b, err := v.MarshalJSON()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var c bytes.Buffer
+				if err := json.Compact(&c, b); err != nil {
+					t.Fatal(err)
+				}
+				got = c.String()
+			}
+			if got != tt.want {
+				t.Errorf("got %s, want %s", got, tt.want)
+			}
+		})
 	}
 }

@@ -180,7 +180,8 @@ func (s *requestState) run() {
 // the stream is over once the response is sent: the ratelimit filter's
 // stream-done call is detached from the finished stream, and the
 // connection reads its next request meanwhile. Done synchronously, the
-// call's round trip would delay a keep-alive client's next request.
+// call's round trip would delay a keep-alive client's next request. It
+// runs on the stream-done workers (streamdone.go).
 func (s *requestState) finish() {
 	s.end = time.Now()
 	s.upCancel()
@@ -199,12 +200,7 @@ func (s *requestState) finish() {
 	s.endTrace()
 	d := s.d
 	d.streamDone.Add(1)
-	go func() {
-		defer d.streamDone.Done()
-		s.rateLimitStreamDone()
-		s.logAccess()
-		s.observe()
-	}()
+	d.doneQ.enqueue(d, s)
 }
 
 // prepareHeaders builds the header map filters see, with the connection

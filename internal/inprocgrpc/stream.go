@@ -50,11 +50,13 @@ func (st *stream) serve(h grpc.StreamHandler, impl any) {
 // end finishes the call: the client reads what is queued, then end; the
 // server's context is cancelled, as gRPC does when an RPC is over. A
 // handler still receiving gets err too, not the io.EOF of a CloseSend,
-// which would tell it the client had finished cleanly.
+// which would tell it the client had finished cleanly. The server's queue
+// closes first: a client whose RecvMsg has returned the call's end must get
+// io.EOF from a later SendMsg, never a message queued to nobody.
 func (st *stream) end(err error) {
 	st.sendHeader(nil)
-	st.toClient.close(err)
 	st.toServer.close(err)
+	st.toClient.close(err)
 	st.cancel()
 }
 
