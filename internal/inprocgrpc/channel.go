@@ -220,31 +220,16 @@ func (c *Channel) worker(f func()) {
 // serverContext is a handler's context: the client's deadline and
 // cancellation and its outgoing metadata as incoming metadata, but none of
 // its other values, as across a network.
-//
-// It is a child of the client's context seen through detached, which hides
-// the client's values but lets the context package find the client's own
-// cancellation (cancelKey): the server's context is then registered with
-// the client's as any child is, rather than through context.AfterFunc and
-// a timer of its own, half the allocations of a call's context. It ends as
-// the client's does, so past the deadline with DeadlineExceeded.
 func serverContext(client context.Context, method string, sts grpc.ServerTransportStream) (context.Context, context.CancelFunc) {
-	var ctx context.Context = detached{client}
-	if cancelKey == nil {
-		ctx = context.Background()
-	}
+	ctx := context.Background()
 	if md, ok := metadata.FromOutgoingContext(client); ok {
 		ctx = metadata.NewIncomingContext(ctx, md)
 	}
-	ctx = peer.NewContext(ctx, inProcessPeer)
+	ctx = peer.NewContext(ctx, &peer.Peer{Addr: inProcessAddr{}})
 	if sts == nil {
 		sts = &unaryTransport{method: method}
 	}
 	ctx = grpc.NewContextWithServerTransportStream(ctx, sts)
-	if cancelKey != nil {
-		return context.WithCancel(ctx)
-	}
-	// The context package's key could not be found (see findCancelKey):
-	// the client's end reaches the server's context through AfterFunc.
 	var cancel context.CancelFunc
 	d, hasDeadline := client.Deadline()
 	if hasDeadline {
@@ -262,53 +247,6 @@ func serverContext(client context.Context, method string, sts grpc.ServerTranspo
 		cancel()
 	})
 	return ctx, func() { stop(); cancel() }
-}
-
-// inProcessPeer is the peer every handler sees (read only).
-var inProcessPeer = &peer.Peer{Addr: inProcessAddr{}}
-
-// detached is a client's context with its deadline and cancellation but
-// none of its values, except the one the context package looks up to
-// register a child with its parent (cancelKey).
-type detached struct{ context.Context }
-
-func (d detached) Value(key any) any {
-	if key == cancelKey {
-		return d.Context.Value(key)
-	}
-	return nil
-}
-
-// cancelKey is the context package's own key under which a cancellable
-// context answers with itself, or nil if it cannot be found.
-var cancelKey = findCancelKey()
-
-// keyProbe records the first key a context looks up in it.
-type keyProbe struct {
-	context.Context
-	key any
-}
-
-func (p *keyProbe) Value(key any) any {
-	if p.key == nil {
-		p.key = key
-	}
-	return p.Context.Value(key)
-}
-
-// findCancelKey finds the key context.WithCancel looks its parent's
-// cancellation up under, and checks that a cancellable context answers it
-// with itself; nil otherwise.
-func findCancelKey() any {
-	parent, stop := context.WithCancel(context.Background())
-	defer stop()
-	p := &keyProbe{Context: parent}
-	child, cancel := context.WithCancel(p)
-	defer cancel()
-	if p.key == nil || child.Value(p.key) != child || parent.Value(p.key) != parent {
-		return nil
-	}
-	return p.key
 }
 
 // handlerStatus is the status a handler's error ends its call with. As in
