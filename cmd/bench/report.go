@@ -562,6 +562,7 @@ func (r *report) writeTargets(w func(string, ...any)) {
 		r.writeLatencyCPU(w)
 	}
 	r.writeGRPCLatencyTargets(w)
+	r.writeCPUTargets(w)
 	r.writeStreamingTargets(w)
 	r.writeRequestPhaseTarget(w)
 	r.writeBatchTarget(w)

@@ -67,8 +67,19 @@ func TestTargetsSwitchyardGRPC(t *testing.T) {
 	if n := strings.Count(out, "- "+grpcLabel+", p50 added") + strings.Count(out, "- "+grpcLabel+", p99 added"); n != 4 {
 		t.Errorf("%d switchyard-grpc latency lines, want 4 (concurrency 1 and 16, p50 and p99)", n)
 	}
-	if strings.Contains(out, "concurrency 64") {
-		t.Errorf("a target line for concurrency 64:\n%s", out)
+	// The added-latency targets are for concurrency ≤ 16; concurrency 64
+	// has only the performance issue's p99 ≤ 10 ms line.
+	if strings.Contains(out, "ms at concurrency 64:") {
+		t.Errorf("an added-latency target line for concurrency 64:\n%s", out)
+	}
+	for _, want := range []string{
+		"**CPU per request (the performance issue)**",
+		"- switchyard, added p99 at concurrency 64 ≤ 10 ms, no errors: **met**",
+		"- added p50 at concurrency 1, in process ≤ 0.25 ms: **missed** — 0.300 ms, by 0.050 ms",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("targets lack %q:\n%s", want, out)
+		}
 	}
 	if i, j := strings.Index(out, "- p50 added"), strings.Index(out, "- "+grpcLabel); i < 0 || j < i {
 		t.Errorf("switchyard-grpc lines do not follow switchyard's")
