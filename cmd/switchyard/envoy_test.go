@@ -140,8 +140,12 @@ func TestControlPlaneAndExtProcSubcommands(t *testing.T) {
 			t.Errorf("through the data plane: %d %s", resp.StatusCode, b)
 		}
 	}
-	if !strings.Contains(dpOut.String(), "dataplane serving on "+public) {
-		t.Errorf("dataplane output: %s", dpOut.String())
+	// The line follows readiness (the health endpoint may answer first).
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(dpOut.String(), "dataplane serving on "+public); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("dataplane output: %s", dpOut.String())
+			break
+		}
 	}
 	cancel()
 	for range 3 {
