@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,63 +90,10 @@ func (s *PostgresStore) Save(ctx context.Context, prev int64, o controlplane.Rou
 	return v, nil
 }
 
-// Reconnection backoff of Notify's listening connection; the control
-// plane's poll (controlplane.DefaultRoutingPoll) covers the gap.
-const (
-	minListenBackoff = 100 * time.Millisecond
-	maxListenBackoff = 5 * time.Second
-)
-
-// Notify implements controlplane.RoutingNotifier: a dedicated connection
-// (outside the pool) LISTENs on NotifyChannel; the channel receives a value
-// (coalesced) after every committed Save and after each (re)connection,
-// since changes may have been missed meanwhile. It is closed when ctx ends.
+// Notify implements controlplane.RoutingNotifier: pgdb.Notify on
+// NotifyChannel, whose value arrives after every committed Save and after
+// each (re)connection of the listening connection. The channel is closed
+// when ctx ends.
 func (s *PostgresStore) Notify(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	go func() {
-		defer close(ch)
-		wake := func() {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-		backoff := minListenBackoff
-		for ctx.Err() == nil {
-			s.listen(ctx, wake, func() { backoff = minListenBackoff })
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, maxListenBackoff)
-		}
-	}()
-	return ch
-}
-
-// listen holds one listening connection until it fails or ctx ends.
-func (s *PostgresStore) listen(ctx context.Context, wake, connected func()) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
-		return
-	}
-	connected()
-	wake()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return
-		}
-		wake()
-	}
+	return pgdb.Notify(ctx, s.pool, NotifyChannel)
 }

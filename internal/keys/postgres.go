@@ -348,66 +348,9 @@ func (s *PostgresStore) updateChain(ctx context.Context, op, idOrSecret, set str
 	return k, nil
 }
 
-// Reconnection backoff of Notify's listening connection: the first retry
-// waits minListenBackoff, each next one twice as long, up to
-// maxListenBackoff. Watch's poll covers the time without a listener.
-const (
-	minListenBackoff = 100 * time.Millisecond
-	maxListenBackoff = 5 * time.Second
-)
-
-// Notify implements Notifier: a dedicated connection (outside the pool)
-// LISTENs on NotifyChannel, and the returned channel receives a value
-// (coalesced) after every committed change, and after each (re)connection,
-// since changes may have been missed while it was down. A broken
-// connection is replaced, after a backoff doubling from 100 ms to 5 s.
-// The channel is closed when ctx ends.
+// Notify implements Notifier: pgdb.Notify on NotifyChannel, whose value
+// arrives after every committed change and after each (re)connection of
+// the listening connection. The channel is closed when ctx ends.
 func (s *PostgresStore) Notify(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{}, 1)
-	go func() {
-		defer close(ch)
-		wake := func() {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-		backoff := minListenBackoff
-		for ctx.Err() == nil {
-			s.listen(ctx, wake, func() { backoff = minListenBackoff })
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			backoff = min(2*backoff, maxListenBackoff)
-		}
-	}()
-	return ch
-}
-
-// listen holds one listening connection until it fails or ctx ends.
-func (s *PostgresStore) listen(ctx context.Context, wake, connected func()) {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
-		return
-	}
-	connected()
-	wake()
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return
-		}
-		wake()
-	}
+	return pgdb.Notify(ctx, s.pool, NotifyChannel)
 }
