@@ -61,7 +61,7 @@ func (s *Service) Handler() http.Handler {
 			case http.MethodGet, http.MethodHead:
 				s.list(w, r, c.Owner)
 			default:
-				methodNotAllowed(w, r, "GET, HEAD, POST")
+				apierror.WriteMethodNotAllowed(w, r, "GET, HEAD, POST")
 			}
 		default:
 			id, action, _ := strings.Cut(rest[1:], "/")
@@ -70,13 +70,13 @@ func (s *Service) Handler() http.Handler {
 				apierror.NotFound(r.URL.Path).Write(w)
 			case action == "":
 				if r.Method != http.MethodGet && r.Method != http.MethodHead {
-					methodNotAllowed(w, r, "GET, HEAD")
+					apierror.WriteMethodNotAllowed(w, r, "GET, HEAD")
 					return
 				}
 				s.get(w, r, c.Owner, id)
 			case action == "cancel":
 				if r.Method != http.MethodPost {
-					methodNotAllowed(w, r, http.MethodPost)
+					apierror.WriteMethodNotAllowed(w, r, http.MethodPost)
 					return
 				}
 				s.cancel(w, r, c.Owner, id)
@@ -85,12 +85,6 @@ func (s *Service) Handler() http.Handler {
 			}
 		}
 	})
-}
-
-func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
-	w.Header().Set("allow", allow)
-	(&apierror.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-		Message: fmt.Sprintf("Invalid method for URL (%s %s).", r.Method, r.URL.Path)}).Write(w)
 }
 
 func notFound(id string) *apierror.Error {

@@ -171,7 +171,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 	owner := c.Owner
 	switch {
 	case rest == "":
-		if allow(w, r, http.MethodPost) {
+		if apierror.Allow(w, r, http.MethodPost) {
 			s.create(w, r, owner)
 		}
 	case len(parts) == 1:
@@ -183,7 +183,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 		case http.MethodDelete:
 			s.delete(w, r, owner, parts[0])
 		default:
-			allow(w, r, http.MethodGet, http.MethodPost, http.MethodDelete)
+			apierror.Allow(w, r, http.MethodGet, http.MethodPost, http.MethodDelete)
 		}
 	case len(parts) == 2 && parts[1] == "items":
 		switch r.Method {
@@ -192,7 +192,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 		case http.MethodPost:
 			s.addItems(w, r, owner, parts[0])
 		default:
-			allow(w, r, http.MethodGet, http.MethodPost)
+			apierror.Allow(w, r, http.MethodGet, http.MethodPost)
 		}
 	case len(parts) == 3 && parts[1] == "items":
 		switch r.Method {
@@ -201,25 +201,11 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 		case http.MethodDelete:
 			s.deleteItem(w, r, owner, parts[0], parts[2])
 		default:
-			allow(w, r, http.MethodGet, http.MethodDelete)
+			apierror.Allow(w, r, http.MethodGet, http.MethodDelete)
 		}
 	default:
 		apierror.NotFound(r.URL.Path).Write(w)
 	}
-}
-
-// allow reports whether r's method is one of methods, answering 405
-// otherwise.
-func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
-	for _, m := range methods {
-		if r.Method == m {
-			return true
-		}
-	}
-	w.Header().Set("allow", strings.Join(methods, ", "))
-	(&apierror.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-		Message: "Method " + r.Method + " is not allowed for " + r.URL.Path + "."}).Write(w)
-	return false
 }
 
 func notFound(id string) *apierror.Error {

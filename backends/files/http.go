@@ -54,7 +54,7 @@ func (s *Store) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case http.MethodPost:
 			s.serveUpload(w, r, c.Owner)
 		default:
-			methodNotAllowed(w, r, "GET, HEAD, POST")
+			apierror.WriteMethodNotAllowed(w, r, "GET, HEAD, POST")
 		}
 		return
 	case rest[0] == '/':
@@ -70,12 +70,12 @@ func (s *Store) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			case http.MethodDelete:
 				s.serveDelete(w, r, c.Owner, id)
 			default:
-				methodNotAllowed(w, r, "GET, HEAD, DELETE")
+				apierror.WriteMethodNotAllowed(w, r, "GET, HEAD, DELETE")
 			}
 			return
 		case sub == "content":
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				methodNotAllowed(w, r, "GET, HEAD")
+				apierror.WriteMethodNotAllowed(w, r, "GET, HEAD")
 				return
 			}
 			s.serveContent(w, r, c.Owner, id)
@@ -83,12 +83,6 @@ func (s *Store) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	apierror.NotFound(r.URL.Path).Write(w)
-}
-
-func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
-	w.Header().Set("Allow", allow)
-	(&apierror.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-		Message: fmt.Sprintf("Method %s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow)}).Write(w)
 }
 
 // apiError maps the package's errors to what the client sees; it is the one

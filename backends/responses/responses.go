@@ -266,7 +266,7 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(rest, "/")
 	switch {
 	case rest == "":
-		if allow(w, r, http.MethodPost) {
+		if apierror.Allow(w, r, http.MethodPost) {
 			s.create(w, r, c.Owner)
 		}
 	case len(parts) == 1:
@@ -276,33 +276,19 @@ func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
 		case http.MethodDelete:
 			s.delete(w, r, c.Owner, parts[0])
 		default:
-			allow(w, r, http.MethodGet, http.MethodDelete)
+			apierror.Allow(w, r, http.MethodGet, http.MethodDelete)
 		}
 	case len(parts) == 2 && parts[1] == "input_items":
-		if allow(w, r, http.MethodGet) {
+		if apierror.Allow(w, r, http.MethodGet) {
 			s.inputItems(w, r, c.Owner, parts[0])
 		}
 	case len(parts) == 2 && parts[1] == "cancel":
-		if allow(w, r, http.MethodPost) {
+		if apierror.Allow(w, r, http.MethodPost) {
 			s.cancel(w, r, c.Owner, parts[0])
 		}
 	default:
 		apierror.NotFound(r.URL.Path).Write(w)
 	}
-}
-
-// allow reports whether r's method is one of methods, answering 405
-// otherwise.
-func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
-	for _, m := range methods {
-		if r.Method == m {
-			return true
-		}
-	}
-	w.Header().Set("allow", strings.Join(methods, ", "))
-	(&apierror.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-		Message: "Method " + r.Method + " is not allowed for " + r.URL.Path + "."}).Write(w)
-	return false
 }
 
 func notFound(id string) *apierror.Error {

@@ -61,7 +61,7 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case http.MethodPost:
 			s.serveCreate(w, r, owner)
 		default:
-			methodNotAllowed(w, r, "GET, POST")
+			apierror.WriteMethodNotAllowed(w, r, "GET, POST")
 		}
 	case len(parts) == 1:
 		switch r.Method {
@@ -72,11 +72,11 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case http.MethodDelete:
 			s.serveDelete(w, r, owner, parts[0])
 		default:
-			methodNotAllowed(w, r, "GET, POST, DELETE")
+			apierror.WriteMethodNotAllowed(w, r, "GET, POST, DELETE")
 		}
 	case len(parts) == 2 && parts[1] == "search":
 		if r.Method != http.MethodPost {
-			methodNotAllowed(w, r, "POST")
+			apierror.WriteMethodNotAllowed(w, r, "POST")
 			return
 		}
 		s.serveSearch(w, r, owner, parts[0])
@@ -87,7 +87,7 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case http.MethodPost:
 			s.serveAttach(w, r, owner, parts[0])
 		default:
-			methodNotAllowed(w, r, "GET, POST")
+			apierror.WriteMethodNotAllowed(w, r, "GET, POST")
 		}
 	case len(parts) == 3 && parts[1] == "files":
 		switch r.Method {
@@ -98,11 +98,11 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case http.MethodDelete:
 			s.serveDetach(w, r, owner, parts[0], parts[2])
 		default:
-			methodNotAllowed(w, r, "GET, POST, DELETE")
+			apierror.WriteMethodNotAllowed(w, r, "GET, POST, DELETE")
 		}
 	case len(parts) == 2 && parts[1] == "file_batches":
 		if r.Method != http.MethodPost {
-			methodNotAllowed(w, r, "POST")
+			apierror.WriteMethodNotAllowed(w, r, "POST")
 			return
 		}
 		s.serveCreateBatch(w, r, owner, parts[0])
@@ -110,31 +110,25 @@ func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		apierror.NotFound(r.URL.Path).Write(w)
 	case len(parts) == 3 && parts[1] == "file_batches":
 		if r.Method != http.MethodGet {
-			methodNotAllowed(w, r, "GET")
+			apierror.WriteMethodNotAllowed(w, r, "GET")
 			return
 		}
 		s.serveGetBatch(w, r, owner, parts[0], parts[2])
 	case len(parts) == 4 && parts[1] == "file_batches" && parts[3] == "cancel":
 		if r.Method != http.MethodPost {
-			methodNotAllowed(w, r, "POST")
+			apierror.WriteMethodNotAllowed(w, r, "POST")
 			return
 		}
 		s.serveCancelBatch(w, r, owner, parts[0], parts[2])
 	case len(parts) == 4 && parts[1] == "file_batches" && parts[3] == "files":
 		if r.Method != http.MethodGet {
-			methodNotAllowed(w, r, "GET")
+			apierror.WriteMethodNotAllowed(w, r, "GET")
 			return
 		}
 		s.serveListFiles(w, r, owner, parts[0], parts[2])
 	default:
 		apierror.NotFound(r.URL.Path).Write(w)
 	}
-}
-
-func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
-	w.Header().Set("Allow", allow)
-	(&apierror.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
-		Message: fmt.Sprintf("Method %s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, allow)}).Write(w)
 }
 
 // apiError maps the package's errors to what the client sees; anything

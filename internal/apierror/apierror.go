@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Error types used in the "type" field.
@@ -138,6 +139,27 @@ func TooLarge(limit int64) *Error {
 func NotFound(path string) *Error {
 	return &Error{Status: http.StatusNotFound, Code: "unknown_url",
 		Message: fmt.Sprintf("Unrecognized request URL (%s). Please see https://platform.openai.com/docs/api-reference.", path)}
+}
+
+// WriteMethodNotAllowed answers 405 for a method r's path does not serve,
+// with the Allow header listing those it does.
+func WriteMethodNotAllowed(w http.ResponseWriter, r *http.Request, allow ...string) {
+	methods := strings.Join(allow, ", ")
+	w.Header().Set("Allow", methods)
+	(&Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+		Message: fmt.Sprintf("Method %s is not allowed on %s (allowed: %s).", r.Method, r.URL.Path, methods)}).Write(w)
+}
+
+// Allow reports whether r's method is one of methods, answering 405
+// (WriteMethodNotAllowed) otherwise.
+func Allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	WriteMethodNotAllowed(w, r, methods...)
+	return false
 }
 
 // Server is a 5xx with a generic message; details go to logs, never to clients.

@@ -2,6 +2,7 @@ package apierror
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 )
@@ -41,5 +42,38 @@ func TestShape(t *testing.T) {
 				t.Errorf("got %v", e)
 			}
 		})
+	}
+}
+
+// TestAllow: a listed method passes untouched; any other is answered 405 in
+// the OpenAI shape with the Allow header naming the listed ones.
+func TestAllow(t *testing.T) {
+	for _, tc := range []struct {
+		method    string
+		ok        bool
+		wantAllow string
+	}{
+		{http.MethodGet, true, ""},
+		{http.MethodDelete, true, ""},
+		{http.MethodPut, false, "GET, DELETE"},
+	} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(tc.method, "/v1/things/x", nil)
+		if got := Allow(w, r, http.MethodGet, http.MethodDelete); got != tc.ok {
+			t.Errorf("%s: Allow = %v, want %v", tc.method, got, tc.ok)
+		}
+		if tc.ok {
+			if w.Body.Len() != 0 || w.Header().Get("Allow") != "" {
+				t.Errorf("%s: answered %d %q", tc.method, w.Code, w.Body.String())
+			}
+			continue
+		}
+		var body struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusMethodNotAllowed ||
+			body.Error.Code != "method_not_allowed" || w.Header().Get("Allow") != tc.wantAllow {
+			t.Errorf("%s: %d allow %q body %s (%v)", tc.method, w.Code, w.Header().Get("Allow"), w.Body.String(), err)
+		}
 	}
 }
