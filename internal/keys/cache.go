@@ -300,6 +300,12 @@ func (c *Cache) Watch(ctx context.Context, interval time.Duration, onError func(
 	if err != nil && onError != nil {
 		onError(err)
 	}
+	if err == nil {
+		// Entries cached before this first read of the version may predate
+		// a change it already includes; no later version change would
+		// drop them.
+		c.Invalidate()
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -214,3 +214,24 @@ func TestBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchDropsWhatWasCachedBeforeIt: a key cached, then revoked, before
+// Watch's first read of the version is refused once Watch has started: the
+// first version already includes the revocation, so no later change would
+// drop the entry, and the TTL alone would keep it for an hour.
+func TestWatchDropsWhatWasCachedBeforeIt(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	gw, cli := openStore(t, dir), openStore(t, dir)
+	c := NewCache(gw, 10, time.Hour)
+	secret, k := mustCreate(t, cli, "early", "free")
+	if _, err := c.Lookup(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	go c.Watch(ctx, time.Hour, func(err error) { t.Errorf("watch: %v", err) })
+	waitUntil(t, 10*time.Second, func() bool { _, err := c.Lookup(ctx, secret); return errors.Is(err, ErrNotFound) })
+}
