@@ -15,6 +15,7 @@ type blinkingSource struct {
 	Source
 	down     atomic.Bool
 	failures chan struct{}
+	polls    atomic.Int32 // successful Version reads
 }
 
 var errDown = errors.New("database unreachable")
@@ -34,6 +35,7 @@ func (b *blinkingSource) Version(ctx context.Context) (int64, error) {
 		}
 		return 0, errDown
 	}
+	defer b.polls.Add(1)
 	return b.Source.Version(ctx)
 }
 
@@ -58,6 +60,11 @@ func TestCacheOutageGrace(t *testing.T) {
 			const ttl = 100 * time.Millisecond
 			c := NewCache(src, 10, ttl, WithOutageGrace(tt.grace))
 			go c.Watch(ctx, 10*time.Millisecond, nil)
+			// Cache the key once Watch has handled its first poll (which
+			// drops what was cached before it): its second has begun.
+			for src.polls.Load() < 2 {
+				time.Sleep(time.Millisecond)
+			}
 			if _, err := c.Lookup(ctx, secret); err != nil {
 				t.Fatal(err)
 			}

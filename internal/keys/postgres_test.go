@@ -188,13 +188,19 @@ func TestPostgresBlinkKeepsCachedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := make(chan struct{}, 1)
-	c := keys.NewCache(s, 0, time.Minute, keys.WithOutageGrace(time.Minute))
+	polled := &pollSignal{PostgresStore: s, polls: make(chan struct{}, 2)}
+	c := keys.NewCache(polled, 0, time.Minute, keys.WithOutageGrace(time.Minute))
 	go c.Watch(ctx, 20*time.Millisecond, func(error) {
 		select {
 		case failed <- struct{}{}:
 		default:
 		}
 	})
+	// Cache the key once Watch has handled its first poll (which drops
+	// what was cached before it): its second has begun.
+	for range 2 {
+		<-polled.polls
+	}
 	if _, err := c.Lookup(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -246,4 +252,20 @@ func TestPostgresBlinkKeepsCachedKeys(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pollSignal is the store with a signal per version read Watch makes.
+type pollSignal struct {
+	*keys.PostgresStore
+	polls chan struct{}
+}
+
+func (p *pollSignal) Version(ctx context.Context) (int64, error) {
+	defer func() {
+		select {
+		case p.polls <- struct{}{}:
+		default:
+		}
+	}()
+	return p.PostgresStore.Version(ctx)
 }
