@@ -101,42 +101,8 @@ func TestBackgroundTakeoverSIGKILL(t *testing.T) {
 	defer close(done)
 
 	start := func(name string) (*exec.Cmd, string) {
-		addr, health := freePort(t), freePort(t)
-		args := []string{"--listen", addr, "--health", health, "--data-dir", filepath.Join(dir, name), "--gateway-url", gw.URL + "/v1",
-			"--config", cfg, "--background-lease", "1s", "--log-level", "warn"}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBackends$")
-		cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(args, "\x1f"))
-		logf, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			logf.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
-				t.Logf("%s's log:\n%s", name, b)
-			}
-		})
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			resp, err := http.Get("http://" + health + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return cmd, "http://" + addr
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never became ready", name)
-			}
-			time.Sleep(20 * time.Millisecond) // polling for readiness
-		}
+		return startHelperBackends(t, dir, name, "--data-dir", filepath.Join(dir, name), "--gateway-url", gw.URL+"/v1",
+			"--config", cfg, "--background-lease", "1s", "--log-level", "warn")
 	}
 	send := func(ctx context.Context, base, method, path, body string) *http.Response {
 		t.Helper()

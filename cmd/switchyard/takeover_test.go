@@ -102,42 +102,8 @@ func TestBatchTakeoverSIGKILL(t *testing.T) {
 	defer vendor.Close()
 
 	start := func(name string) (*exec.Cmd, string) {
-		addr, health := freePort(t), freePort(t)
-		args := []string{"--listen", addr, "--health", health, "--data-dir", dir, "--gateway-url", vendor.URL + "/v1",
-			"--config", cfg, "--batch-lease", "1s", "--log-level", "warn"}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBackends$")
-		cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(args, "\x1f"))
-		logf, err := os.Create(filepath.Join(dir, name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			logf.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(logf.Name())
-				t.Logf("%s's log:\n%s", name, b)
-			}
-		})
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			resp, err := http.Get("http://" + health + "/healthz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return cmd, "http://" + addr
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never became ready", name)
-			}
-			time.Sleep(20 * time.Millisecond) // polling for readiness
-		}
+		return startHelperBackends(t, dir, name, "--data-dir", dir, "--gateway-url", vendor.URL+"/v1",
+			"--config", cfg, "--batch-lease", "1s", "--log-level", "warn")
 	}
 	call := func(base, method, path, ctype string, body io.Reader) []byte {
 		t.Helper()
@@ -260,5 +226,49 @@ func TestBatchTakeoverSIGKILL(t *testing.T) {
 	t.Logf("%d lines sent twice; %d were in flight on the killed process", twice, len(held))
 	if twice > 64 || len(held) > 64 {
 		t.Errorf("%d lines sent twice, %d in flight on A: want at most the concurrency, 64", twice, len(held))
+	}
+}
+
+// startHelperBackends starts a `switchyard backends` process (this test
+// binary re-run as TestHelperBackends) on free ports with args after
+// --listen and --health, logging to dir/name.log (shown if the test
+// fails), killed when the test ends. It returns once /healthz answers 200,
+// with the process and its base URL.
+func startHelperBackends(t *testing.T, dir, name string, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	addr, health := freePort(t), freePort(t)
+	args = append([]string{"--listen", addr, "--health", health}, args...)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperBackends$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(args, "\x1f"))
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s's log:\n%s", name, b)
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + health + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return cmd, "http://" + addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never became ready", name)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for readiness
 	}
 }
