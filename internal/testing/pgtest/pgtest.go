@@ -58,7 +58,7 @@ type cluster struct {
 	cred *syscall.Credential
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the postmaster has exited
-	log  *syncBuffer
+	log  *testserver.Buffer
 }
 
 var (
@@ -228,7 +228,7 @@ func start() (*cluster, error) {
 // until it accepts connections.
 func (c *cluster) launch() error {
 	dir, data := c.dir, filepath.Join(c.dir, "data")
-	log := &syncBuffer{}
+	log := &testserver.Buffer{}
 	cmd := exec.Command(filepath.Join(c.bin, "postgres"), "-D", data,
 		"-k", dir, "-p", strconv.Itoa(Port),
 		"-c", "listen_addresses=",
@@ -389,24 +389,6 @@ func version(bindir string) int {
 func isExec(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
-}
-
-// syncBuffer collects the server's log while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // Server is a throwaway cluster started outside a test binary (cmd/bench's

@@ -64,7 +64,7 @@ type gateway struct {
 	endpoint string
 	cmd      *exec.Cmd
 	done     chan struct{}
-	log      *syncBuffer
+	log      *testserver.Buffer
 }
 
 var (
@@ -240,7 +240,7 @@ func launch(bin, dir, data, side string) (*gateway, error) {
 	}
 	addr := lis.Addr().String()
 	lis.Close()
-	log := &syncBuffer{}
+	log := &testserver.Buffer{}
 	cmd := exec.Command(bin,
 		"--access", AccessKey, "--secret", SecretKey, "--region", Region,
 		"--port", addr, "--quiet",
@@ -346,23 +346,6 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // Server is a versitygw gateway started outside a test binary (cmd/bench's

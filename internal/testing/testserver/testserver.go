@@ -4,8 +4,10 @@
 package testserver
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 )
@@ -54,4 +56,23 @@ func Stop(name string, p *os.Process, done <-chan struct{}, sig os.Signal, grace
 		err = rerr
 	}
 	return err
+}
+
+// Buffer collects a server process's output while it runs: a bytes.Buffer
+// safe for the process's writer and the test's reads at once.
+type Buffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
