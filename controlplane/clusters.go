@@ -162,6 +162,12 @@ func buildProviderCluster(cfg *config.Config, p *config.Provider) (*clusterv3.Cl
 	if od.BaseEjectionTime <= 0 {
 		od.BaseEjectionTime = OutlierBaseEjectionTime
 	}
+	if od.FailurePercentageThreshold <= 0 {
+		od.FailurePercentageThreshold = config.DefaultFailurePercentageThreshold
+	}
+	if od.FailurePercentageRequestVolume <= 0 {
+		od.FailurePercentageRequestVolume = config.DefaultFailurePercentageVolume
+	}
 	c.OutlierDetection = &clusterv3.OutlierDetection{
 		// A connection failure, reset or timeout is a gateway failure (503,
 		// 504) and a 5xx: both detectors count it.
@@ -170,9 +176,17 @@ func buildProviderCluster(cfg *config.Config, p *config.Provider) (*clusterv3.Cl
 		EnforcingConsecutiveGatewayFailure: wrapperspb.UInt32(100), // Envoy's default enforces 0 %
 		Interval:                           durationpb.New(od.Interval),
 		BaseEjectionTime:                   durationpb.New(od.BaseEjectionTime),
-		// A provider cluster has one endpoint: Envoy's 10 % would still eject
-		// it (at least one host may go), but say what is meant.
+		// A provider cluster has one endpoint: with Envoy's default 10 % it
+		// could never be ejected.
 		MaxEjectionPercent: wrapperspb.UInt32(100),
+		// A provider that answers and then cuts its streams never fails
+		// twice in a row (each head's 200 resets the consecutive counts);
+		// the share of failures in an interval catches it. Envoy's
+		// defaults need 5 hosts and enforce 0 %.
+		FailurePercentageThreshold:     wrapperspb.UInt32(uint32(od.FailurePercentageThreshold)),
+		FailurePercentageMinimumHosts:  wrapperspb.UInt32(1),
+		FailurePercentageRequestVolume: wrapperspb.UInt32(uint32(od.FailurePercentageRequestVolume)),
+		EnforcingFailurePercentage:     wrapperspb.UInt32(100),
 	}
 	// Panic mode (Envoy's default threshold is 50 %) would keep sending an
 	// ejected provider traffic; failover needs it to get none.

@@ -67,7 +67,7 @@ type gatewayProcs struct {
 
 // startFleet starts everything, in dependency order, and returns once every
 // process is ready.
-func startFleet(t *testing.T) *fleet {
+func startFleet(t *testing.T, ejection time.Duration) *fleet {
 	f := &fleet{t: t, bin: buildSwitchyard(t), dir: t.TempDir(), vendors: map[string]*vendor{}}
 	dsn := pgtest.DSN(t)
 	f.dsn = dsn
@@ -87,7 +87,7 @@ func startFleet(t *testing.T) *fleet {
 	f.gwBalance = startBalancer(t, gwAddrs)
 	f.beBalance = startBalancer(t, beAddrs)
 	f.cfgPath = filepath.Join(f.dir, "fleet.yaml")
-	cfg := fmt.Sprintf(fleetYAML, f.beBalance.addr(), f.vendors["us"].addr, vendorKeyEnv, f.vendors["asia"].addr, vendorKeyEnv,
+	cfg := fmt.Sprintf(fleetYAML, ejection.String(), f.beBalance.addr(), f.vendors["us"].addr, vendorKeyEnv, f.vendors["asia"].addr, vendorKeyEnv,
 		s3test.Endpoint(t), bucket)
 	if err := os.WriteFile(f.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -147,10 +147,17 @@ func startFleet(t *testing.T) *fleet {
 // fleetYAML: one model in each capability, each served by a vendor in us
 // and one in asia (failover across regions), short timeouts so a hanging
 // vendor is left within the SDK's patience, and the fleet's storage.
+// Outlier detection is quicker than the defaults (docs/operations.md,
+// "Soak and chaos"): each gateway sees about 100 answers a second, a third
+// of the fleet's, and a vendor cutting every stream fails about a fifth of
+// the soak's mix of answers (a cut stream is one answer and one failure);
+// at 100 ms intervals, 5 answers and 10 % the failure percentage ejects it
+// within about two intervals, and it stays out as long as a vendor fault
+// holds instead of being probed back in while the fault lasts.
 const fleetYAML = `
 region: us
 listeners: [{name: public, address: 127.0.0.1:18080}]
-outlier_detection: {consecutive_failures: 3, interval: 200ms, base_ejection_time: 2s}
+outlier_detection: {consecutive_failures: 3, interval: 100ms, base_ejection_time: %s, failure_percentage_threshold: 10, failure_percentage_request_volume: 5}
 backends: {address: %q}
 providers:
   - {name: vendor-us, kind: openai, base_url: "http://%s/v1", api_key_env: %s, region: us}

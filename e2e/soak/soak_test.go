@@ -30,7 +30,7 @@ import (
 )
 
 var (
-	soakDuration = flag.Duration("soak.duration", 0, "how long the workload runs under faults (default: the short run of make test, 40s; make soak: 10m)")
+	soakDuration = flag.Duration("soak.duration", 0, "how long the workload runs under faults (default: the short run of make test, 120s; make soak: 10m)")
 	soakBatch    = flag.Int("soak.batch-lines", 0, "lines of the batch (default 1000 in the short run, 5000 from 5m)")
 	soakCycles   = flag.Int("soak.cycles", 0, "times the fault schedule runs (default: once in a run shorter than 5m, else as many times as fit)")
 )
@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 func TestSoak(t *testing.T) {
 	duration := *soakDuration
 	if duration == 0 {
-		duration = 40 * time.Second
+		duration = 120 * time.Second
 	}
 	batchLines := *soakBatch
 	if batchLines == 0 {
@@ -54,7 +54,10 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	began := time.Now()
-	f := startFleet(t)
+	// An ejected vendor stays out as long as a vendor fault holds: out for
+	// the fault, back for the next one.
+	_, hold := timing(duration, faultCount)
+	f := startFleet(t, hold)
 	t.Logf("fleet up in %s", time.Since(began).Round(time.Millisecond))
 	secret, _ := f.createKey("soak", "enterprise", 1_000_000, 1_000_000_000)
 	c := f.client(secret)
@@ -333,18 +336,31 @@ func (s *soak) faults(t *testing.T) []fault {
 	}
 }
 
+// faultCount is the number of faults in the schedule (faults).
+const faultCount = 9
+
+// timing is the schedule's quiet gap before each fault and how long a
+// vendor fault holds, for a run of d with n faults.
+func timing(d time.Duration, n int) (gap, hold time.Duration) {
+	gap = d / time.Duration(n+1) / 2
+	gap = min(max(gap, time.Second), 10*time.Second)
+	hold = min(max(gap, 2*time.Second), 10*time.Second)
+	return gap, hold
+}
+
 // runSchedule applies the faults one after the other, a quiet gap before
 // each, cycling until the run ends or cycles (0: no bound) are done; every
 // fault gets at least one turn when the run is long enough (the short
-// run's 40 s is).
+// run's 120 s is).
 func (s *soak) runSchedule(ctx context.Context, t *testing.T, d time.Duration, cycles int) {
 	faults := s.faults(t)
 	for _, fl := range faults {
 		s.faultNames = append(s.faultNames, fl.name)
 	}
-	gap := d / time.Duration(len(faults)+1) / 2
-	gap = min(max(gap, time.Second), 10*time.Second)
-	hold := min(max(gap, 2*time.Second), 10*time.Second)
+	if len(faults) != faultCount {
+		t.Fatalf("%d faults, faultCount says %d", len(faults), faultCount)
+	}
+	gap, hold := timing(d, len(faults))
 	for i := 0; cycles == 0 || i < cycles*len(faults); i++ {
 		select {
 		case <-ctx.Done():
@@ -850,11 +866,13 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 		fmt.Fprintf(&b, "  %-11s %6d, failed %d\n", k, byKind[k][0], byKind[k][1])
 	}
 	success := ratio(total-failed, total)
-	// A stream the vendor resets mid-way cannot be made whole by anyone:
-	// the target is that it ends with an error the SDK raises. Those the
-	// reset fault cut are reported beside the ratio, not hidden in it.
+	// A stream the vendor resets mid-way cannot be made whole by anyone
+	// (content has reached the client): it must end with an error the SDK
+	// raises, and outlier detection's failure percentage must take the
+	// vendor out quickly enough that few are cut. Both ratios are shown;
+	// the target is on the plain one.
 	successExReset := ratio(total-failed, total-resetCut)
-	fmt.Fprintf(&b, "client-visible success ratio: %.3f%% (%.3f%% leaving out the %d streams the vendor reset mid-stream on purpose); target >= 99.9%%\n",
+	fmt.Fprintf(&b, "client-visible success ratio: %.3f%% (target >= 99.9%%; %.3f%% leaving out the %d streams the vendor reset mid-stream on purpose)\n",
 		success, successExReset, resetCut)
 	fmt.Fprintf(&b, "streams: %d cut with an error the SDK raised (%d by the vendor reset fault), %d silently truncated (target 0)\n", cut, resetCut, silent)
 	if len(errs) > 0 {
@@ -897,8 +915,8 @@ func (s *soak) report(d, wall time.Duration, batch batchResult, files filesResul
 		fmt.Fprintf(&b, "routing change after the restarts (drain vendor-us via the admin API): every gateway follows it within %s\n", push.worst.Round(time.Millisecond))
 	}
 
-	if successExReset < 99.9 {
-		miss("success ratio %.3f%% (leaving out the reset streams) is under 99.9%%", successExReset)
+	if success < 99.9 {
+		miss("success ratio %.3f%% is under 99.9%%", success)
 	}
 	if silent > 0 {
 		miss("%d streams were silently truncated", silent)

@@ -155,12 +155,15 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		sel.prevHosts, sel.prevPriorities, sel.maxHostTries = policy.prevHosts, policy.prevPriorities, policy.maxHostTries
 	}
 	for retries := 0; ; {
-		member, ep, priority := c.choose(sel, c.clock())
+		now := c.clock()
+		c.sweepAll(now, s.log)
+		member, ep, priority := c.choose(sel, now)
 		if ep == nil {
 			return s.localResponse(apierror.Server(http.StatusServiceUnavailable, "no_healthy_upstream", "No upstream is available."), "no_healthy_upstream")
 		}
 		s.attempts++
 		s.upstreamHost = ep.addr
+		s.upCluster, s.upEndpoint = member, ep
 		actx := ctx
 		var span trace.Span
 		if s.span != nil {

@@ -207,8 +207,8 @@ func (d *DataPlane) compile(res Resources) (*snapshot, error) {
 
 // ignoredFeatures lists settings Envoy acts on that this data plane accepts
 // but does not implement, so the difference shows up in the logs. Retry
-// policies, outlier detection's consecutive-error detectors and the panic
-// threshold are implemented (failover.go); circuit breakers and active
+// policies, outlier detection's consecutive-error and failure-percentage
+// detectors and the panic threshold are implemented (failover.go); circuit breakers and active
 // health checks are not.
 func ignoredFeatures(res Resources) []string {
 	var out []string
@@ -230,10 +230,14 @@ func ignoredFeatures(res Resources) []string {
 			out = append(out, fmt.Sprintf("cluster %q: health_checks/circuit_breakers", c.GetName()))
 		}
 		od := c.GetOutlierDetection()
-		// Success-rate detection needs success_rate_minimum_hosts (5) hosts
-		// and is not implemented; it cannot act on one-host provider clusters.
-		if od != nil && (od.GetEnforcingFailurePercentage().GetValue() > 0 || od.GetSplitExternalLocalOriginErrors()) {
-			out = append(out, fmt.Sprintf("cluster %q: outlier_detection failure percentage/split local origin errors", c.GetName()))
+		// Success-rate detection (a host against the cluster's mean) and
+		// the split of local-origin errors are not implemented; the
+		// control plane sets neither (success rate needs
+		// success_rate_minimum_hosts, 5, hosts: it cannot act on one-host
+		// provider clusters).
+		if od != nil && (od.GetSplitExternalLocalOriginErrors() || od.GetSuccessRateMinimumHosts() != nil ||
+			od.GetSuccessRateRequestVolume() != nil || od.GetSuccessRateStdevFactor() != nil || len(od.GetMonitors()) > 0) {
+			out = append(out, fmt.Sprintf("cluster %q: outlier_detection success rate/split local origin errors/monitors", c.GetName()))
 		}
 	}
 	return out

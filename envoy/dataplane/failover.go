@@ -39,6 +39,9 @@ const (
 	defaultBaseEjectionTime   = 30 * time.Second
 	defaultMaxEjectionPercent = 10
 	defaultMaxEjectionTime    = 300 * time.Second
+	defaultFailPctThreshold   = 85
+	defaultFailPctMinHosts    = 5
+	defaultFailPctVolume      = 50
 )
 
 // ---- aggregate clusters ----
@@ -238,18 +241,30 @@ func (l *priorityLevel) pickFrom(hosts []*endpoint, random bool) *endpoint {
 // ---- outlier detection ----
 
 // outlierConfig is a compiled OutlierDetection: the consecutive-error
-// detectors and ejection timing. Success-rate and failure-percentage
-// detection are not implemented (they need several hosts with traffic
-// volume; provider clusters have one host).
+// detectors, the failure-percentage detector and ejection timing.
+// Success-rate detection (a host against the cluster's mean) is not
+// implemented: it needs several hosts with traffic, and provider clusters
+// have one. Errors are not split by origin (split_external_local_origin_errors
+// false, Envoy's default): a reset or connection failure counts as a 503.
 type outlierConfig struct {
 	consecutive5xx     uint32 // 0: off
 	enforce5xx         uint32 // percent
 	consecutiveGateway uint32
 	enforceGateway     uint32
-	interval           time.Duration
-	baseEjection       time.Duration
-	maxEjection        time.Duration
+	// Failure percentage: a host whose answers in the last whole interval
+	// were at least failPctThreshold percent failures, out of at least
+	// failPctVolume, is ejected, when the cluster has failPctMinHosts hosts.
+	failPctThreshold uint32
+	failPctMinHosts  uint32
+	failPctVolume    uint32
+	enforceFailPct   uint32 // percent; 0 (Envoy's default): off
+	interval         time.Duration
+	baseEjection     time.Duration
+	maxEjection      time.Duration
+	// maxEjectionPercent of the cluster's hosts may be ejected at once;
+	// alwaysEjectOne lets the first go even when one host is more.
 	maxEjectionPercent uint32
+	alwaysEjectOne     bool
 }
 
 func compileOutlier(od *clusterv3.OutlierDetection) *outlierConfig {
@@ -273,10 +288,15 @@ func compileOutlier(od *clusterv3.OutlierDetection) *outlierConfig {
 		enforce5xx:         u32(od.GetEnforcingConsecutive_5Xx(), od.GetEnforcingConsecutive_5Xx() == nil, 100),
 		consecutiveGateway: u32(od.GetConsecutiveGatewayFailure(), od.GetConsecutiveGatewayFailure() == nil, defaultConsecutiveGateway),
 		enforceGateway:     u32(od.GetEnforcingConsecutiveGatewayFailure(), od.GetEnforcingConsecutiveGatewayFailure() == nil, 0),
+		failPctThreshold:   u32(od.GetFailurePercentageThreshold(), od.GetFailurePercentageThreshold() == nil, defaultFailPctThreshold),
+		failPctMinHosts:    u32(od.GetFailurePercentageMinimumHosts(), od.GetFailurePercentageMinimumHosts() == nil, defaultFailPctMinHosts),
+		failPctVolume:      u32(od.GetFailurePercentageRequestVolume(), od.GetFailurePercentageRequestVolume() == nil, defaultFailPctVolume),
+		enforceFailPct:     u32(od.GetEnforcingFailurePercentage(), od.GetEnforcingFailurePercentage() == nil, 0),
 		interval:           dur(od.GetInterval(), od.GetInterval() == nil, defaultOutlierInterval),
 		baseEjection:       dur(od.GetBaseEjectionTime(), od.GetBaseEjectionTime() == nil, defaultBaseEjectionTime),
 		maxEjection:        dur(od.GetMaxEjectionTime(), od.GetMaxEjectionTime() == nil, defaultMaxEjectionTime),
 		maxEjectionPercent: u32(od.GetMaxEjectionPercent(), od.GetMaxEjectionPercent() == nil, defaultMaxEjectionPercent),
+		alwaysEjectOne:     od.GetAlwaysEjectOneHost().GetValue(),
 	}
 	if o.maxEjection < o.baseEjection {
 		o.maxEjection = o.baseEjection
@@ -294,7 +314,16 @@ type hostHealth struct {
 	ejectedUntil time.Time
 	ejections    int // Envoy's ejection time multiplier
 	lastEjection time.Time
+	// The failure-percentage detector's counts: of the interval numbered
+	// bucket (time since the Unix epoch / interval), and of the one before.
+	// Envoy swaps two such buckets on its interval timer; here the swap
+	// happens on the first report or host pick after the interval ends.
+	bucket    int64
+	cur, last answerCounts
 }
+
+// answerCounts counts a host's answers in one interval.
+type answerCounts struct{ total, ok uint64 }
 
 func (h *hostHealth) isEjected(now time.Time) bool {
 	if h == nil {
@@ -307,7 +336,9 @@ func (h *hostHealth) isEjected(now time.Time) bool {
 
 // Outcomes reported to outlier detection besides response codes. Envoy
 // (split_external_local_origin_errors false) counts a failed connection
-// and a reset as 503 and a timeout as 504: all are gateway failures.
+// and a reset as 503 and a timeout as 504: all are gateway failures. A
+// reset after the response head (a stream cut mid-way) is reported too, as
+// Envoy's router does: the head's status already counted as an answer.
 const (
 	outcomeConnectFailure = http.StatusServiceUnavailable
 	outcomeReset          = http.StatusServiceUnavailable
@@ -318,8 +349,8 @@ const (
 // the host when a consecutive-error detector trips: for base_ejection_time
 // times the number of ejections in a row (decremented for each interval
 // the host stayed in since), at most max_ejection_time, unless
-// max_ejection_percent of c's hosts are ejected already (one host may
-// always go). The ejection ends by itself: the host is probed back in.
+// max_ejection_percent of c's hosts are ejected already. The ejection ends
+// by itself: the host is probed back in.
 func (c *cluster) report(ep *endpoint, code int, now time.Time, log *slog.Logger) {
 	od, h := c.outlier, ep.health
 	if od == nil || h == nil {
@@ -330,12 +361,22 @@ func (c *cluster) report(ep *endpoint, code int, now time.Time, log *slog.Logger
 		h.mu.Unlock()
 		return // an answer from before the ejection
 	}
-	trip := false
-	if code >= 500 {
+	failPct := c.rotate(h, now)
+	failed := code >= 500
+	if od.enforceFailPct > 0 {
+		h.cur.total++
+		if !failed {
+			h.cur.ok++
+		}
+	}
+	trip := ""
+	if failed {
 		h.consec5xx++
 		if od.consecutive5xx > 0 && h.consec5xx >= od.consecutive5xx {
 			h.consec5xx = 0
-			trip = trip || enforced(od.enforce5xx)
+			if enforced(od.enforce5xx) {
+				trip = "consecutive_5xx"
+			}
 		}
 	} else {
 		h.consec5xx = 0
@@ -344,16 +385,105 @@ func (c *cluster) report(ep *endpoint, code int, now time.Time, log *slog.Logger
 		h.consecGW++
 		if od.consecutiveGateway > 0 && h.consecGW >= od.consecutiveGateway {
 			h.consecGW = 0
-			trip = trip || enforced(od.enforceGateway)
+			if trip == "" && enforced(od.enforceGateway) {
+				trip = "consecutive_gateway_failure"
+			}
 		}
 	} else {
 		h.consecGW = 0
 	}
+	if trip == "" && failPct >= 0 {
+		trip = "failure_percentage"
+	}
 	h.mu.Unlock()
-	if !trip || !c.mayEject(now) {
+	if trip != "" {
+		c.eject(ep, now, trip, code, failPct, log)
+	}
+}
+
+// sweep runs the failure-percentage detector for c's hosts whose interval
+// has ended since their last report, as Envoy's interval timer does: a
+// host that answered its last requests badly is ejected before it is
+// picked again, not on its next answer.
+func (c *cluster) sweep(l *priorityLevel, now time.Time, log *slog.Logger) {
+	od := c.outlier
+	if od == nil || od.enforceFailPct == 0 || od.interval <= 0 {
 		return
 	}
+	idx := now.UnixNano() / int64(od.interval)
+	for _, ep := range l.all {
+		h := ep.health
+		if h == nil {
+			continue
+		}
+		h.mu.Lock()
+		if h.bucket == idx || now.Before(h.ejectedUntil) {
+			h.mu.Unlock()
+			continue
+		}
+		failPct := c.rotate(h, now)
+		h.mu.Unlock()
+		if failPct >= 0 {
+			c.eject(ep, now, "failure_percentage", 0, failPct, log)
+		}
+	}
+}
+
+// sweepAll sweeps every host c may pick: its own, or its members'.
+func (c *cluster) sweepAll(now time.Time, log *slog.Logger) {
+	if c.aggregate == nil {
+		for _, l := range c.levels {
+			c.sweep(l, now, log)
+		}
+		return
+	}
+	for _, m := range c.members {
+		for _, l := range m.levels {
+			m.sweep(l, now, log)
+		}
+	}
+}
+
+// rotate moves h's counts to the interval now is in, with h.mu held, and
+// returns the failure percentage of the interval that just ended when the
+// failure-percentage detector trips on it, -1 otherwise.
+func (c *cluster) rotate(h *hostHealth, now time.Time) float64 {
+	od := c.outlier
+	if od.enforceFailPct == 0 || od.interval <= 0 {
+		return -1
+	}
+	idx := now.UnixNano() / int64(od.interval)
+	if idx == h.bucket {
+		return -1
+	}
+	if idx == h.bucket+1 {
+		h.last = h.cur
+	} else {
+		h.last = answerCounts{} // a whole interval without answers
+	}
+	h.cur, h.bucket = answerCounts{}, idx
+	if h.last.total == 0 || h.last.total < uint64(od.failPctVolume) || c.hostCount() < int(od.failPctMinHosts) {
+		return -1
+	}
+	pct := 100 - float64(h.last.ok)*100/float64(h.last.total)
+	if pct < float64(od.failPctThreshold) || !enforced(od.enforceFailPct) {
+		return -1
+	}
+	return pct
+}
+
+// eject takes ep out of rotation after a detector tripped, unless
+// max_ejection_percent forbids it.
+func (c *cluster) eject(ep *endpoint, now time.Time, detector string, code int, failPct float64, log *slog.Logger) {
+	if !c.mayEject(now) {
+		return
+	}
+	od, h := c.outlier, ep.health
 	h.mu.Lock()
+	if now.Before(h.ejectedUntil) {
+		h.mu.Unlock()
+		return // ejected meanwhile by another report
+	}
 	if h.ejections > 0 && !h.lastEjection.IsZero() && od.interval > 0 {
 		// Envoy lowers the multiplier by one for every interval the host
 		// spent in rotation since it came back.
@@ -368,10 +498,28 @@ func (c *cluster) report(ep *endpoint, code int, now time.Time, log *slog.Logger
 	h.lastEjection = now
 	h.consec5xx, h.consecGW = 0, 0
 	h.mu.Unlock()
-	log.Info("outlier detection ejected host", "cluster", c.name, "host", ep.addr, "for", d.String(), "status", code)
+	attrs := []any{"cluster", c.name, "host", ep.addr, "for", d.String(), "detector", detector}
+	if code != 0 {
+		attrs = append(attrs, "status", code)
+	}
+	if failPct >= 0 {
+		attrs = append(attrs, "failure_percent", failPct)
+	}
+	log.Info("outlier detection ejected host", attrs...)
 }
 
-// mayEject applies max_ejection_percent to c's hosts.
+// hostCount is the number of c's hosts, every priority.
+func (c *cluster) hostCount() int {
+	n := 0
+	for _, l := range c.levels {
+		n += len(l.all)
+	}
+	return n
+}
+
+// mayEject applies max_ejection_percent to c's hosts, as Envoy does: one
+// more ejection may not take the ejected share over it, unless
+// always_eject_one_host lets the first one go.
 func (c *cluster) mayEject(now time.Time) bool {
 	total, ejected := 0, 0
 	for _, l := range c.levels {
@@ -382,7 +530,7 @@ func (c *cluster) mayEject(now time.Time) bool {
 			}
 		}
 	}
-	if ejected == 0 {
+	if ejected == 0 && c.outlier.alwaysEjectOne {
 		return true
 	}
 	return total > 0 && (ejected+1)*100 <= total*int(c.outlier.maxEjectionPercent)

@@ -275,6 +275,115 @@ func TestOutlierDetection(t *testing.T) {
 	}
 }
 
+// TestFailurePercentage: Envoy's failure-percentage detector on a
+// one-host provider cluster. Streams cut after their head count twice (the
+// head's 200, then the reset's 503), so a provider cutting every stream
+// fails half of its answers, and a success between failures does not save
+// it, unlike the consecutive detectors.
+func TestFailurePercentage(t *testing.T) {
+	log := discardLogger()
+	// Interval boundaries at whole seconds since the epoch.
+	t0 := time.Unix(1_800_000_000, 0)
+	stream := func(at time.Duration, cut bool) []ev2 {
+		out := []ev2{{at, 200}}
+		if cut {
+			out = append(out, ev2{at, outcomeReset})
+		}
+		return out
+	}
+	many := func(n int, at time.Duration, cutEvery int) []ev2 {
+		var out []ev2
+		for i := range n {
+			out = append(out, stream(at, cutEvery > 0 && i%cutEvery == 0)...)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		cfg  func(*outlierConfig)
+		// events, then the host is swept (as before a pick) at sweepAt
+		events      []ev2
+		sweepAt     time.Duration
+		wantEjected bool
+	}{
+		{"every stream cut: 50% failures, ejected once the interval ends", nil, many(10, 0, 1), time.Second, true},
+		{"not before the interval ends", nil, many(10, 0, 1), 999 * time.Millisecond, false},
+		{"one stream in four cut: 20% of answers", nil, many(16, 0, 4), time.Second, true},
+		{"one stream in five cut: under 20%", nil, many(20, 0, 5), time.Second, false},
+		{"under the request volume", nil, many(4, 0, 1), time.Second, false},
+		{"an interval later the counts are gone", nil, many(10, 0, 1), 2 * time.Second, false},
+		{"enforcing 0 (Envoy's default): off", func(o *outlierConfig) { o.enforceFailPct = 0 }, many(10, 0, 1), time.Second, false},
+		{"too few hosts", func(o *outlierConfig) { o.failPctMinHosts = 2 }, many(10, 0, 1), time.Second, false},
+		// The next report after the interval trips it too, without a sweep.
+		{"a report in the next interval", nil, append(many(10, 0, 1), ev2{time.Second, 200}), time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := member("a", 0, false)
+			c.outlier.consecutive5xx, c.outlier.consecutiveGateway = 0, 0
+			c.outlier.failPctThreshold, c.outlier.failPctVolume, c.outlier.failPctMinHosts, c.outlier.enforceFailPct = 20, 10, 1, 100
+			if tt.cfg != nil {
+				tt.cfg(c.outlier)
+			}
+			ep := c.levels[0].all[0]
+			for _, e := range tt.events {
+				c.report(ep, e.code, t0.Add(e.at), log)
+			}
+			c.sweepAll(t0.Add(tt.sweepAt), log)
+			if got := ep.health.isEjected(t0.Add(tt.sweepAt)); got != tt.wantEjected {
+				t.Errorf("ejected at %v = %v, want %v", tt.sweepAt, got, tt.wantEjected)
+			}
+		})
+	}
+}
+
+type ev2 struct {
+	at   time.Duration
+	code int
+}
+
+// TestMaxEjectionPercent: Envoy's rule, one more ejection may not take the
+// ejected share over max_ejection_percent; always_eject_one_host lets the
+// first go regardless.
+func TestMaxEjectionPercent(t *testing.T) {
+	tests := []struct {
+		name        string
+		pct         uint32
+		always      bool
+		hosts       int
+		wantEjected int
+	}{
+		{"one host, 10%", 10, false, 1, 0},
+		{"one host, 10%, always_eject_one_host", 10, true, 1, 1},
+		{"one host, 100%", 100, false, 1, 1},
+		{"two hosts, 50%", 50, false, 2, 1},
+		{"ten hosts, 10%", 10, false, 10, 1},
+		{"ten hosts, 20%", 20, false, 10, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var eps []*endpoint
+			for i := range tt.hosts {
+				eps = append(eps, &endpoint{addr: fmt.Sprintf("%d:80", i), health: &hostHealth{}})
+			}
+			c := &cluster{name: "c", outlier: &outlierConfig{consecutive5xx: 1, enforce5xx: 100, baseEjection: time.Minute,
+				maxEjection: time.Hour, interval: time.Second, maxEjectionPercent: tt.pct, alwaysEjectOne: tt.always},
+				levels: []*priorityLevel{{healthy: eps, all: eps}}}
+			now := time.Now()
+			got := 0
+			for _, e := range eps {
+				c.report(e, 500, now, discardLogger())
+				if e.health.isEjected(now) {
+					got++
+				}
+			}
+			if got != tt.wantEjected {
+				t.Errorf("ejected %d of %d, want %d", got, tt.hosts, tt.wantEjected)
+			}
+		})
+	}
+}
+
 // ---- integration: the data plane's router with aggregate clusters ----
 
 // upProc is an upstream ext_proc server: it records each stream's gRPC
@@ -684,6 +793,55 @@ func TestOutlierEjectionAndProbe(t *testing.T) {
 	healthy.Store(true)
 	if got := ask(); !strings.Contains(got, `"a"`) {
 		t.Errorf("healthy a not back in rotation: %s", got)
+	}
+}
+
+// TestStreamCutterEjected: a provider that answers 200 and then cuts
+// every stream is never ejected by the consecutive detectors (each head's
+// 200 resets them), but the failure-percentage detector takes it out once
+// an interval of such answers has passed: the next request goes to b.
+func TestStreamCutterEjected(t *testing.T) {
+	var clockMu sync.Mutex
+	clock := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	e := newFoEnv(t, map[string]http.HandlerFunc{
+		"a": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("content-type", "text/event-stream")
+			w.WriteHeader(200)
+			_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
+			http.NewResponseController(w).Flush()
+			reset(w, nil)
+		},
+		"b": answer(200, `{"from":"b"}`),
+	}, foOpts{outlier: &clusterv3.OutlierDetection{
+		Consecutive_5Xx:                wrapperspb.UInt32(3),
+		ConsecutiveGatewayFailure:      wrapperspb.UInt32(3),
+		Interval:                       durationpb.New(time.Second),
+		BaseEjectionTime:               durationpb.New(time.Minute),
+		MaxEjectionPercent:             wrapperspb.UInt32(100),
+		FailurePercentageThreshold:     wrapperspb.UInt32(20),
+		FailurePercentageMinimumHosts:  wrapperspb.UInt32(1),
+		FailurePercentageRequestVolume: wrapperspb.UInt32(8),
+		EnforcingFailurePercentage:     wrapperspb.UInt32(100),
+	}, clock: now})
+	for i := range 4 {
+		resp, body, err := e.post(`{}`)
+		if err == nil && resp.StatusCode == 200 && !strings.Contains(string(body), "upstream_reset_after_response_started") {
+			t.Fatalf("request %d: %s, want a's cut stream", i, body)
+		}
+	}
+	if e.seen("a") != 4 || e.seen("b") != 0 {
+		t.Fatalf("a saw %d, b %d; want 4 and 0 (a cut stream is not retried)", e.seen("a"), e.seen("b"))
+	}
+	clockMu.Lock()
+	clock = clock.Add(time.Second)
+	clockMu.Unlock()
+	resp, body, err := e.post(`{}`)
+	if err != nil || resp.StatusCode != 200 || !strings.Contains(string(body), `"b"`) {
+		t.Fatalf("after the interval: %v %s %v, want b's answer", resp, body, err)
+	}
+	if e.seen("a") != 4 {
+		t.Errorf("a saw %d requests, want 4: ejected before the pick", e.seen("a"))
 	}
 }
 

@@ -388,6 +388,12 @@ func (s *requestState) upstreamBodyFailed(err error) {
 			s.detail = "downstream_remote_disconnect"
 			return
 		}
+		// The upstream went away mid-response: Envoy's router reports the
+		// reset to outlier detection (its head already counted as an
+		// answer), so a provider cutting streams is ejected.
+		if c := s.upCluster; c != nil && s.upEndpoint != nil {
+			c.report(s.upEndpoint, outcomeReset, c.clock(), s.log)
+		}
 	}
 	s.log.Warn("upstream response body failed", "reason", reason, "cluster", s.cluster, "upstream_host", s.upstreamHost,
 		"request_id", s.requestID, "bytes_sent", s.bytesSent, "error", err)

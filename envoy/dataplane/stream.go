@@ -87,6 +87,10 @@ type requestState struct {
 	attempts         int
 	upstreamHost     string
 	retriesExhausted bool
+	// The last attempt's cluster (a member, for an aggregate) and host: a
+	// reset after its response head counts against it (upstreamBodyFailed).
+	upCluster  *cluster
+	upEndpoint *endpoint
 	// The request's spans when tracing is on (tracing.go): the server
 	// span and its context, and the last upstream attempt's span with the
 	// status it answered.

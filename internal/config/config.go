@@ -58,10 +58,19 @@ type Config struct {
 // timeouts) in a row it gets no traffic for BaseEjectionTime times the
 // number of times in a row it was ejected, then is probed back in. 429s do
 // not count: a rate-limited provider is not failing.
+//
+// A provider can also fail without failing twice in a row: one that cuts
+// streams after their head answers 200 first. FailurePercentage ejects a
+// provider whose answers in the last Interval were at least that percent
+// failures (5xx, connection failures, resets before or after the head,
+// timeouts; a cut stream counts as one success and one failure, as in
+// Envoy), once it had FailurePercentageRequestVolume answers in it.
 type OutlierDetection struct {
-	ConsecutiveFailures int           `yaml:"consecutive_failures" json:"consecutive_failures,omitempty"`
-	Interval            time.Duration `yaml:"interval" json:"interval,omitempty"`
-	BaseEjectionTime    time.Duration `yaml:"base_ejection_time" json:"base_ejection_time,omitempty"`
+	ConsecutiveFailures            int           `yaml:"consecutive_failures" json:"consecutive_failures,omitempty"`
+	Interval                       time.Duration `yaml:"interval" json:"interval,omitempty"`
+	BaseEjectionTime               time.Duration `yaml:"base_ejection_time" json:"base_ejection_time,omitempty"`
+	FailurePercentageThreshold     int           `yaml:"failure_percentage_threshold" json:"failure_percentage_threshold,omitempty"`
+	FailurePercentageRequestVolume int           `yaml:"failure_percentage_request_volume" json:"failure_percentage_request_volume,omitempty"`
 }
 
 // Listener is a public listener of the data plane.
@@ -329,8 +338,13 @@ const (
 	DefaultConsecutiveFailures   = 3
 	DefaultOutlierInterval       = time.Second
 	DefaultBaseEjectionTime      = 10 * time.Second
-	DefaultLatencyTolerance      = 0.25
-	DefaultCacheMinTokens        = 1024
+	// A provider failing a fifth of at least 20 answers in an interval is
+	// sick: failing over beats serving those failures. Envoy's defaults
+	// (85 %, 50 answers, 5 hosts) never act on one-host provider clusters.
+	DefaultFailurePercentageThreshold = 20
+	DefaultFailurePercentageVolume    = 20
+	DefaultLatencyTolerance           = 0.25
+	DefaultCacheMinTokens             = 1024
 	// Daily batch line allowances of the built-in tiers (docs/operations.md).
 	DefaultFreeBatchLines          = 2_000
 	DefaultStandardBatchLines      = 50_000
@@ -465,6 +479,12 @@ func (c *Config) applyLimitDefaults() {
 	}
 	if c.OutlierDetection.BaseEjectionTime == 0 {
 		c.OutlierDetection.BaseEjectionTime = DefaultBaseEjectionTime
+	}
+	if c.OutlierDetection.FailurePercentageThreshold == 0 {
+		c.OutlierDetection.FailurePercentageThreshold = DefaultFailurePercentageThreshold
+	}
+	if c.OutlierDetection.FailurePercentageRequestVolume == 0 {
+		c.OutlierDetection.FailurePercentageRequestVolume = DefaultFailurePercentageVolume
 	}
 }
 
@@ -707,6 +727,9 @@ func (v *validator) checkLimits(c *Config) {
 	}
 	if od := c.OutlierDetection; od.ConsecutiveFailures < 1 || od.Interval < time.Millisecond || od.BaseEjectionTime < time.Millisecond {
 		v.fail("consecutive_failures must be at least 1, interval and base_ejection_time at least 1ms", "outlier_detection")
+	}
+	if od := c.OutlierDetection; od.FailurePercentageThreshold < 1 || od.FailurePercentageThreshold > 100 || od.FailurePercentageRequestVolume < 1 {
+		v.fail("failure_percentage_threshold must be 1 to 100, failure_percentage_request_volume at least 1", "outlier_detection")
 	}
 }
 
