@@ -34,8 +34,10 @@
 // the response headers; Envoy's jittered back-off; the previous_hosts
 // predicate and the previous_priorities retry priority), never retrying
 // once the response has started downstream; outlier detection's
-// consecutive 5xx and gateway-failure detectors with Envoy's ejection
-// times, kept across configuration updates; the healthy panic threshold;
+// consecutive 5xx, gateway-failure and failure-percentage detectors with
+// Envoy's ejection times and max_ejection_percent, kept across
+// configuration updates (a reset after the response head counts, as in
+// Envoy's router); the healthy panic threshold;
 // and a cluster's upstream HTTP filters (HttpProtocolOptions.http_filters:
 // ext_proc, then upstream_codec), run once per attempt on the attempt's
 // copy of the request, with the response passing through them before the
@@ -47,5 +49,5 @@
 // change what a request sees (unsupported filters, body modes, cluster
 // types, retry conditions), and logged when they only change resilience
 // (circuit breakers, active health checks, outlier detection's
-// failure-percentage detector).
+// success-rate detector).
 package dataplane
