@@ -91,7 +91,7 @@ func runLimiter(ctx context.Context, o *options, tmp string) *limiterResult {
 		adminPort, _ := freePort()
 		cfg := filepath.Join(tmp, name+".yaml")
 		dir := filepath.Join(tmp, "data-"+name)
-		if err := os.WriteFile(cfg, []byte(switchyardConfig(port, fakePort, fakePort)), 0o644); err != nil {
+		if err := os.WriteFile(cfg, []byte(switchyardConfig(port, fakePort, fakePort, fakePort)), 0o644); err != nil {
 			return nil, err
 		}
 		key, err := createKey(ctx, o.bin, cfg, dir)

@@ -33,6 +33,7 @@ type system struct {
 	name   string
 	burst  endpoint // the fake that streams chunks back to back
 	paced  endpoint // the fake that streams chunks ChunkDelay apart
+	fast   endpoint // the fake without service time (the throughput phase)
 	client *http.Client
 	// skip, when set, says why this system was not measured.
 	skip string
@@ -41,6 +42,7 @@ type system struct {
 	// bodies is the request sequence for this system (same content for all
 	// systems, only the model name differs); streamBodies the stream request.
 	bodies      [][]byte
+	fastBodies  [][]byte
 	streamBody  []byte
 	pacedStream []byte
 }
@@ -100,8 +102,10 @@ const sequenceLen = 64
 func (s *system) prepare(maxConc int) {
 	s.client = newClient(maxConc)
 	s.bodies = make([][]byte, sequenceLen)
+	s.fastBodies = make([][]byte, sequenceLen)
 	for i := range s.bodies {
 		s.bodies[i] = chatBody(s.burst.model, i, false)
+		s.fastBodies[i] = chatBody(s.fast.model, i, false)
 	}
 	s.streamBody = chatBody(s.burst.model, 0, true)
 	s.pacedStream = chatBody(s.paced.model, 0, true)
@@ -156,6 +160,11 @@ func clip(s string, n int) string {
 
 // round sends n requests of s's sequence with conc workers.
 func (s *system) round(ctx context.Context, conc, n, offset int) roundResult {
+	return s.roundOn(ctx, s.burst, s.bodies, conc, n, offset)
+}
+
+// roundOn is a round against ep with its request sequence.
+func (s *system) roundOn(ctx context.Context, ep endpoint, bodies [][]byte, conc, n, offset int) roundResult {
 	var next atomic.Int64
 	lat := make([]time.Duration, n)
 	ok := make([]bool, n)
@@ -171,7 +180,7 @@ func (s *system) round(ctx context.Context, conc, n, offset int) roundResult {
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				d, err := doOne(ctx, s.client, s.burst, s.bodies[(offset+i)%len(s.bodies)], &buf)
+				d, err := doOne(ctx, s.client, ep, bodies[(offset+i)%len(bodies)], &buf)
 				if err != nil {
 					mu.Lock()
 					res.errs++

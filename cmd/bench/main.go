@@ -82,7 +82,7 @@ func main() {
 	flag.BoolVar(&o.skipMicro, "skip-micro", false, "skip the go test microbenchmarks")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs, profiles)")
 	systemsFlag := flag.String("systems", strings.Join(gateways, ","), "the systems to measure besides direct (a quick probe: switchyard)")
-	phasesFlag := flag.String("phases", "latency,streaming,profiles,memory,batch,promptcache,storage", "the phases to run besides the microbenchmarks (-skip-micro)")
+	phasesFlag := flag.String("phases", "latency,streaming,throughput,profiles,memory,batch,promptcache,storage", "the phases to run besides the microbenchmarks (-skip-micro)")
 	flag.Parse()
 	o.systems, o.phases = listFlag(*systemsFlag), listFlag(*phasesFlag)
 	for _, f := range strings.Split(concFlag, ",") {
@@ -141,16 +141,21 @@ func benchmark(ctx context.Context, o *options) error {
 	b := &bench{ctx: ctx, o: o, r: r, tmp: tmp}
 	b.fakePort, _ = freePort()
 	b.pacedPort, _ = freePort()
-	logf("starting the fake upstreams (service time %s; paced chunk delay %s)", o.serviceTime, o.chunkDelay)
+	b.fastPort, _ = freePort()
+	logf("starting the fake upstreams (service time %s; paced chunk delay %s; and one without service time)", o.serviceTime, o.chunkDelay)
 	if _, err := startFake(ctx, o.bin, tmp, "fake", b.fakePort, o.serviceTime, 0); err != nil {
 		return err
 	}
 	if _, err := startFake(ctx, o.bin, tmp, "fake-paced", b.pacedPort, o.serviceTime, o.chunkDelay); err != nil {
 		return err
 	}
+	if _, err := startFake(ctx, o.bin, tmp, "fake-fast", b.fastPort, 0, 0); err != nil {
+		return err
+	}
 	direct := &system{name: "direct",
 		burst: endpoint{fakeBase(b.fakePort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"},
-		paced: endpoint{fakeBase(b.pacedPort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"}}
+		paced: endpoint{fakeBase(b.pacedPort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"},
+		fast:  endpoint{fakeBase(b.fastPort) + "/chat/completions", bearer(fakeKey), "fake-chat-1"}}
 	nginx, portkey := b.startNginx(), b.startPortkey()
 	sy, err := b.startSwitchyard()
 	if err != nil {
@@ -175,6 +180,9 @@ func benchmark(ctx context.Context, o *options) error {
 	}
 	if o.phases["streaming"] {
 		r.streams = runStreaming(ctx, o, r.systems)
+	}
+	if o.phases["throughput"] {
+		r.throughput = runThroughput(ctx, o, r.systems)
 	}
 	// The later phases run on switchyard alone.
 	if syg.proc != nil {
@@ -207,11 +215,11 @@ func benchmark(ctx context.Context, o *options) error {
 // bench is what starting the systems shares: the run's options and report,
 // its temporary directory and the fake upstreams' ports.
 type bench struct {
-	ctx                 context.Context
-	o                   *options
-	r                   *report
-	tmp                 string
-	fakePort, pacedPort int
+	ctx                           context.Context
+	o                             *options
+	r                             *report
+	tmp                           string
+	fakePort, pacedPort, fastPort int
 
 	// Switchyard's port, profile port, data directory and key, for the
 	// phases run on it alone.
@@ -237,12 +245,14 @@ func (b *bench) startNginx() *system {
 		p1, _ := freePort()
 		p2, _ := freePort()
 		logf("starting nginx %s", v)
-		if p, err := startNginx(b.ctx, bin, filepath.Join(b.tmp, "nginx"), []int{p1, p2}, []int{b.fakePort, b.pacedPort}); err != nil {
+		p3, _ := freePort()
+		if p, err := startNginx(b.ctx, bin, filepath.Join(b.tmp, "nginx"), []int{p1, p2, p3}, []int{b.fakePort, b.pacedPort, b.fastPort}); err != nil {
 			nginx.skip = "not run: nginx did not start: " + err.Error()
 		} else {
 			nginx.proc = p
 			nginx.burst = endpoint{fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p1), bearer(fakeKey), "fake-chat-1"}
 			nginx.paced = endpoint{fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p2), bearer(fakeKey), "fake-chat-1"}
+			nginx.fast = endpoint{fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", p3), bearer(fakeKey), "fake-chat-1"}
 		}
 	}
 	return nginx
@@ -273,6 +283,7 @@ func (b *bench) startPortkey() *system {
 			url := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 			portkey.burst = endpoint{url, h(b.fakePort), "fake-chat-1"}
 			portkey.paced = endpoint{url, h(b.pacedPort), "fake-chat-1"}
+			portkey.fast = endpoint{url, h(b.fastPort), "fake-chat-1"}
 		}
 	}
 	return portkey
@@ -285,10 +296,10 @@ func (b *bench) startSwitchyard() (*system, error) {
 	b.pprofPort, _ = freePort()
 	cfgPath := filepath.Join(b.tmp, "switchyard.yaml")
 	b.dataDir = filepath.Join(b.tmp, "data")
-	if err := os.WriteFile(cfgPath, []byte(switchyardConfig(b.syPort, b.fakePort, b.pacedPort)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(switchyardConfig(b.syPort, b.fakePort, b.pacedPort, b.fastPort)), 0o644); err != nil {
 		return nil, err
 	}
-	b.r.syConfig = switchyardConfig(b.syPort, b.fakePort, b.pacedPort)
+	b.r.syConfig = switchyardConfig(b.syPort, b.fakePort, b.pacedPort, b.fastPort)
 	var err error
 	if !b.o.systems["switchyard"] {
 		sy.skip = "not run: left out with -systems"
@@ -303,6 +314,7 @@ func (b *bench) startSwitchyard() (*system, error) {
 			base := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", b.syPort)
 			sy.burst = endpoint{base, bearer(b.key), "bench/chat"}
 			sy.paced = endpoint{base, bearer(b.key), "bench/paced"}
+			sy.fast = endpoint{base, bearer(b.key), "bench/fast"}
 		}
 	}
 	return sy, nil
@@ -321,15 +333,15 @@ func (b *bench) startSwitchyardGRPC() (*system, error) {
 		syg.skip = "not run: left out with -systems"
 		return syg, nil
 	}
-	if !b.o.phases["latency"] && !b.o.phases["streaming"] {
-		syg.skip = "not run: measured only in the latency and streaming phases, left out with -phases"
+	if !b.o.phases["latency"] && !b.o.phases["streaming"] && !b.o.phases["throughput"] {
+		syg.skip = "not run: measured only in the latency, streaming and throughput phases, left out with -phases"
 		return syg, nil
 	}
 	port, _ := freePort()
 	adminPort, _ := freePort()
 	cfg := filepath.Join(b.tmp, "switchyard-grpc.yaml")
 	dir := filepath.Join(b.tmp, "data-grpc")
-	if err := os.WriteFile(cfg, []byte(switchyardConfig(port, b.fakePort, b.pacedPort)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(switchyardConfig(port, b.fakePort, b.pacedPort, b.fastPort)), 0o644); err != nil {
 		return nil, err
 	}
 	k, err := createKey(b.ctx, b.o.bin, cfg, dir)
@@ -347,6 +359,7 @@ func (b *bench) startSwitchyardGRPC() (*system, error) {
 	base := fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", port)
 	syg.burst = endpoint{base, bearer(k), "bench/chat"}
 	syg.paced = endpoint{base, bearer(k), "bench/paced"}
+	syg.fast = endpoint{base, bearer(k), "bench/fast"}
 	return syg, nil
 }
 
@@ -396,7 +409,7 @@ func (b *bench) runSwitchyardPhases(sy *system, maxConc int) {
 		logf("batch: %s", r.batch.Skip)
 	}
 	syProc.stop()
-	cfgFor := func(port int) string { return switchyardConfig(port, b.fakePort, b.pacedPort) }
+	cfgFor := func(port int) string { return switchyardConfig(port, b.fakePort, b.pacedPort, b.fastPort) }
 	if o.phases["memory"] {
 		r.memory = append(r.memory, runMemory(ctx, o, sy, cfgFor, b.dataDir, b.tmp)...)
 	}

@@ -50,6 +50,12 @@ func (r *report) figures() []figure {
 			add(fmt.Sprintf("%s CPU per request, concurrency %d", name, c), cell.cpuPerRequest(r.sys(name)), "ms", false)
 		}
 	}
+	for _, name := range []string{"switchyard", "switchyard-grpc"} {
+		if cell := r.throughput[name]; cell != nil {
+			add(fmt.Sprintf("%s throughput, fast upstream, concurrency %d", name, throughputConc), cell.rps(), "req/s", true)
+			add(fmt.Sprintf("%s CPU per request, fast upstream, concurrency %d", name, throughputConc), cell.cpuPerRequest(r.sys(name)), "ms", false)
+		}
+	}
 	if r.batch.Ran {
 		add("batch lines per second", r.batch.LinesPerSec, "lines/s", true)
 		add("batch peak RSS", float64(r.batch.PeakRSSKiB)/1024, "MiB", false)

@@ -95,6 +95,7 @@ type report struct {
 	machine          machine
 	systems          []*system
 	latency          map[string]map[int]*latencyCell
+	throughput       map[string]*latencyCell // at throughputConc, against the fake without service time
 	streams          map[string]map[string]*streamCell
 	profiles         []profileOut
 	memory           []memRow
@@ -209,6 +210,7 @@ func (r *report) write() error {
 	w("\n\n")
 
 	r.writeLatency(w)
+	r.writeThroughput(w)
 	r.writeStreaming(w)
 	r.writeMicro(w)
 	r.writeBatch(w)

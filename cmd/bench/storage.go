@@ -197,7 +197,7 @@ func (f *fleetEnv) storageYAML() string {
 func runStorageMode(ctx context.Context, o *options, tmp string, fakePort int, m *storageMode, fl *fleetEnv) {
 	port, _ := freePort()
 	adminPort, _ := freePort()
-	cfgText := switchyardConfig(port, fakePort, fakePort)
+	cfgText := switchyardConfig(port, fakePort, fakePort, fakePort)
 	env := []string{fakeKeyEnv + "=" + fakeKey}
 	if fl != nil {
 		cfgText += fl.storageYAML()
