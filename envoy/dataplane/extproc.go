@@ -50,6 +50,9 @@ type extProcFilter struct {
 	keepContentLength bool
 	forwardAllowed    []*stringMatcher
 	forwardDisallowed []*stringMatcher
+	// counters are the data plane's, for this filter's place (nil in
+	// tests that compile a filter alone).
+	counters *extProcCounters
 }
 
 // procMode is a ProcessingMode reduced to what the filter acts on. Trailer
@@ -330,7 +333,7 @@ func (p *processor) open(ctx context.Context) error {
 // ImmediateResponse. It returns errSkip when processing is complete and
 // *failure when the request must end with a local reply.
 func (p *processor) call(ctx context.Context, req *extprocv3.ProcessingRequest, want msgKind) (*extprocv3.CommonResponse, *extprocv3.ImmediateResponse, error) {
-	resp, err := p.exchange(ctx, req)
+	resp, err := p.exchange(ctx, req, want)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -373,7 +376,7 @@ func (p *processor) call(ctx context.Context, req *extprocv3.ProcessingRequest, 
 }
 
 // exchange sends req and waits for its reply under message_timeout.
-func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingRequest, kind msgKind) (*extprocv3.ProcessingResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.complete.Load() {
@@ -382,6 +385,9 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 	if p.stream == nil {
 		if err := p.open(ctx); err != nil {
 			return nil, p.failLocked(p.grpcFailure(err))
+		}
+		if c := p.f.counters; c != nil {
+			c.streams.Add(1)
 		}
 	}
 	p.addForwardingMetadata(req)
@@ -404,6 +410,9 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 	defer timer.Stop()
 	// A failed Send carries no status; Recv reports the stream's real error.
 	_ = stream.Send(req)
+	if c := p.f.counters; c != nil {
+		c.msgs[kind].Add(1)
+	}
 	extended := false
 	if p.reply == nil {
 		p.reply = new(extprocv3.ProcessingResponse)
