@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -33,6 +34,9 @@ type extProcFilter struct {
 	disabledByDefault bool // HttpFilter.disabled: runs only where a route enables it
 	cluster           string
 	conn              grpc.ClientConnInterface
+	// client and callOpts open its Process streams, made once.
+	client            extprocv3.ExternalProcessorClient
+	callOpts          []grpc.CallOption
 	initialMetadata   []string // key, value pairs
 	maxRecv           int
 	failureModeAllow  bool
@@ -138,6 +142,8 @@ func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProce
 	if n := eg.GetMaxReceiveMessageLength().GetValue(); n > 0 && n < math.MaxInt32 {
 		f.maxRecv = int(n)
 	}
+	f.client = extprocv3.NewExternalProcessorClient(conn)
+	f.callOpts = []grpc.CallOption{grpc.MaxCallRecvMsgSize(f.maxRecv)}
 	for _, hv := range c.GetGrpcService().GetInitialMetadata() {
 		v := hv.GetValue()
 		if v == "" {
@@ -319,7 +325,7 @@ func (p *processor) open(ctx context.Context) error {
 		sctx = metadata.AppendToOutgoingContext(sctx, p.f.initialMetadata...)
 	}
 	sctx = p.traceMetadata(sctx)
-	stream, err := extprocv3.NewExternalProcessorClient(p.f.conn).Process(sctx, grpc.MaxCallRecvMsgSize(p.f.maxRecv))
+	stream, err := p.f.client.Process(sctx, p.f.callOpts...)
 	if err != nil {
 		cancel()
 		return err
@@ -544,11 +550,28 @@ func (p *processor) headersRequest(h headerMap, endOfStream, response bool) *ext
 			}
 		}
 	}
-	hh := &extprocv3.HttpHeaders{Headers: hm.proto(), EndOfStream: endOfStream}
+	b := &headersMessage{}
+	hm.protoInto(&b.headers)
+	b.hh.Headers, b.hh.EndOfStream = &b.headers, endOfStream
 	if response {
-		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
+		b.resp.ResponseHeaders = &b.hh
+		b.msg.Request = &b.resp
+	} else {
+		b.req.RequestHeaders = &b.hh
+		b.msg.Request = &b.req
 	}
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
+	return &b.msg
+}
+
+// headersMessage is a headers message and its parts, allocated together
+// (the header values are allocated apart, sized to the map). Never copied:
+// the parts point at each other.
+type headersMessage struct {
+	msg     extprocv3.ProcessingRequest
+	req     extprocv3.ProcessingRequest_RequestHeaders
+	resp    extprocv3.ProcessingRequest_ResponseHeaders
+	hh      extprocv3.HttpHeaders
+	headers corev3.HeaderMap
 }
 
 // chunkRequest is bodyRequest for the chunks of a streamed body: one
@@ -572,12 +595,18 @@ func (p *processor) chunkRequest(body []byte, endOfStream, response bool) *extpr
 	return &(*c).msg
 }
 
+// bodyRequest builds a buffered body message, its parts allocated together.
 func bodyRequest(body []byte, endOfStream, response bool) *extprocv3.ProcessingRequest {
-	hb := &extprocv3.HttpBody{Body: body, EndOfStream: endOfStream}
+	c := &bodyChunk{}
+	c.body.Body, c.body.EndOfStream = body, endOfStream
 	if response {
-		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: hb}}
+		c.resp.ResponseBody = &c.body
+		c.msg.Request = &c.resp
+	} else {
+		c.req.RequestBody = &c.body
+		c.msg.Request = &c.req
 	}
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: hb}}
+	return &c.msg
 }
 
 // mutateBody applies a BodyMutation to body and returns the result.
