@@ -539,53 +539,77 @@ func copyStruct(m *structpb.Struct) (*structpb.Struct, bool) {
 	if hasUnknown(m) {
 		return nil, false
 	}
+	if c, ok, shaped := copyNamespaced(m); shaped {
+		return c, ok
+	}
 	c := &structpb.Struct{}
 	if m.Fields != nil {
-		// The values, and their string and number kinds (nearly all of
-		// the gateway's metadata), are allocated a block each.
-		var ns, nn int
-		for _, v := range m.Fields {
-			switch v.GetKind().(type) {
-			case *structpb.Value_StringValue:
-				ns++
-			case *structpb.Value_NumberValue:
-				nn++
-			}
-		}
-		b := valueBlock{vals: make([]structpb.Value, len(m.Fields))}
-		if ns > 0 {
-			b.strs = make([]structpb.Value_StringValue, ns)
-		}
-		if nn > 0 {
-			b.nums = make([]structpb.Value_NumberValue, nn)
-		}
+		// The values, with their string or number kinds (nearly all of
+		// the gateway's metadata), are allocated in one block.
+		cells := make([]valueCell, len(m.Fields))
 		c.Fields = make(map[string]*structpb.Value, len(m.Fields))
+		i := 0
 		for k, v := range m.Fields {
-			cv, ok := copyValue(v, &b)
+			cv, ok := copyValue(v, &cells[i])
 			if !ok {
 				return nil, false
 			}
 			c.Fields[k] = cv
+			i++
 		}
 	}
 	return c, true
 }
 
-// valueBlock is memory for a Struct's values, taken from the front.
-type valueBlock struct {
-	vals []structpb.Value
-	strs []structpb.Value_StringValue
-	nums []structpb.Value_NumberValue
+// copyNamespaced copies a Struct of the shape dynamic metadata has, one
+// field (the namespace) holding a Struct, with the namespace's Struct, its
+// value and their wrapper in one allocation. shaped is false, and nothing
+// is copied, when m has another shape.
+func copyNamespaced(m *structpb.Struct) (c *structpb.Struct, ok, shaped bool) {
+	if len(m.Fields) != 1 {
+		return nil, false, false
+	}
+	for k, v := range m.Fields {
+		sv, isStruct := v.GetKind().(*structpb.Value_StructValue)
+		if !isStruct || hasUnknown(v) || sv.StructValue == nil {
+			return nil, false, false
+		}
+		inner, ok := copyStruct(sv.StructValue)
+		if !ok {
+			return nil, false, true
+		}
+		b := &namespaceCell{}
+		b.sv.StructValue = inner
+		b.v.Kind = &b.sv
+		b.s.Fields = map[string]*structpb.Value{k: &b.v}
+		return &b.s, true, true
+	}
+	return nil, false, false
 }
 
-// copyValue copies m, into b's memory if b is not nil.
-func copyValue(m *structpb.Value, b *valueBlock) (*structpb.Value, bool) {
+// namespaceCell is the memory of copyNamespaced's outer Struct.
+type namespaceCell struct {
+	s  structpb.Struct
+	v  structpb.Value
+	sv structpb.Value_StructValue
+}
+
+// valueCell is the memory of one Struct value and its kind, when that is a
+// string or a number.
+type valueCell struct {
+	v   structpb.Value
+	str structpb.Value_StringValue
+	num structpb.Value_NumberValue
+}
+
+// copyValue copies m, into cell's memory if cell is not nil.
+func copyValue(m *structpb.Value, cell *valueCell) (*structpb.Value, bool) {
 	if m == nil || hasUnknown(m) {
 		return nil, false
 	}
 	var c *structpb.Value
-	if b != nil && len(b.vals) > 0 {
-		c, b.vals = &b.vals[0], b.vals[1:]
+	if cell != nil {
+		c = &cell.v
 	} else {
 		c = &structpb.Value{}
 	}
@@ -594,20 +618,16 @@ func copyValue(m *structpb.Value, b *valueBlock) (*structpb.Value, bool) {
 	case *structpb.Value_NullValue:
 		c.Kind = &structpb.Value_NullValue{NullValue: k.NullValue}
 	case *structpb.Value_NumberValue:
-		if b != nil && len(b.nums) > 0 {
-			n := &b.nums[0]
-			b.nums = b.nums[1:]
-			n.NumberValue = k.NumberValue
-			c.Kind = n
+		if cell != nil {
+			cell.num.NumberValue = k.NumberValue
+			c.Kind = &cell.num
 		} else {
 			c.Kind = &structpb.Value_NumberValue{NumberValue: k.NumberValue}
 		}
 	case *structpb.Value_StringValue:
-		if b != nil && len(b.strs) > 0 {
-			sv := &b.strs[0]
-			b.strs = b.strs[1:]
-			sv.StringValue = k.StringValue
-			c.Kind = sv
+		if cell != nil {
+			cell.str.StringValue = k.StringValue
+			c.Kind = &cell.str
 		} else {
 			c.Kind = &structpb.Value_StringValue{StringValue: k.StringValue}
 		}
