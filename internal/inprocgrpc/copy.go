@@ -344,10 +344,14 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	}
 	var c *extprocv3.ProcessingResponse
 	var parts *bodyReplyParts
+	var hp *headersReplyParts
 	switch m.Response.(type) {
 	case *extprocv3.ProcessingResponse_RequestBody, *extprocv3.ProcessingResponse_ResponseBody:
 		parts = a.replyParts()
 		c = &parts.msg
+	case *extprocv3.ProcessingResponse_RequestHeaders, *extprocv3.ProcessingResponse_ResponseHeaders:
+		hp = &headersReplyParts{}
+		c = &hp.msg
 	default:
 		c = &extprocv3.ProcessingResponse{}
 	}
@@ -356,17 +360,19 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	switch r := m.Response.(type) {
 	case nil:
 	case *extprocv3.ProcessingResponse_RequestHeaders:
-		h, ok := copyHeadersResponse(r.RequestHeaders)
+		h, ok := copyHeadersResponse(r.RequestHeaders, hp)
 		if !ok {
 			return nil, false
 		}
-		c.Response = &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: h}
+		hp.rq.RequestHeaders = h
+		c.Response = &hp.rq
 	case *extprocv3.ProcessingResponse_ResponseHeaders:
-		h, ok := copyHeadersResponse(r.ResponseHeaders)
+		h, ok := copyHeadersResponse(r.ResponseHeaders, hp)
 		if !ok {
 			return nil, false
 		}
-		c.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: h}
+		hp.rs.ResponseHeaders = h
+		c.Response = &hp.rs
 	case *extprocv3.ProcessingResponse_RequestBody:
 		b, ok := copyBodyResponse(r.RequestBody, parts, a)
 		if !ok {
@@ -395,11 +401,15 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 		if hasUnknown(mo) {
 			return nil, false
 		}
-		c.ModeOverride = &filterv3.ProcessingMode{
-			RequestHeaderMode: mo.RequestHeaderMode, ResponseHeaderMode: mo.ResponseHeaderMode,
-			RequestBodyMode: mo.RequestBodyMode, ResponseBodyMode: mo.ResponseBodyMode,
-			RequestTrailerMode: mo.RequestTrailerMode, ResponseTrailerMode: mo.ResponseTrailerMode,
+		if hp != nil {
+			c.ModeOverride = &hp.mode
+		} else {
+			c.ModeOverride = &filterv3.ProcessingMode{}
 		}
+		d := c.ModeOverride
+		d.RequestHeaderMode, d.ResponseHeaderMode = mo.RequestHeaderMode, mo.ResponseHeaderMode
+		d.RequestBodyMode, d.ResponseBodyMode = mo.RequestBodyMode, mo.ResponseBodyMode
+		d.RequestTrailerMode, d.ResponseTrailerMode = mo.RequestTrailerMode, mo.ResponseTrailerMode
 	}
 	if d := m.OverrideMessageTimeout; d != nil {
 		if hasUnknown(d) {
@@ -410,15 +420,34 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	return c, true
 }
 
-func copyHeadersResponse(m *extprocv3.HeadersResponse) (*extprocv3.HeadersResponse, bool) {
+func copyHeadersResponse(m *extprocv3.HeadersResponse, hp *headersReplyParts) (*extprocv3.HeadersResponse, bool) {
 	if m == nil {
 		return nil, true
 	}
 	if hasUnknown(m) {
 		return nil, false
 	}
-	cr, ok := copyCommonResponse(m.Response, nil, nil)
-	return &extprocv3.HeadersResponse{Response: cr}, ok
+	cr, ok := copyCommonResponse(m.Response, nil, nil, hp)
+	hp.hr.Response = cr
+	return &hp.hr, ok
+}
+
+// setCell is the memory of a header mutation's set_headers entry.
+type setCell struct {
+	opt corev3.HeaderValueOption
+	val corev3.HeaderValue
+}
+
+// headersReplyParts are the parts of a headers reply's copy, allocated
+// together: every request has two or three such replies.
+type headersReplyParts struct {
+	msg  extprocv3.ProcessingResponse
+	rq   extprocv3.ProcessingResponse_RequestHeaders
+	rs   extprocv3.ProcessingResponse_ResponseHeaders
+	hr   extprocv3.HeadersResponse
+	cr   extprocv3.CommonResponse
+	hm   extprocv3.HeaderMutation
+	mode filterv3.ProcessingMode
 }
 
 // bodyReplyParts are the parts of a body reply's copy, allocated
@@ -440,13 +469,14 @@ func copyBodyResponse(m *extprocv3.BodyResponse, parts *bodyReplyParts, a *arena
 	if hasUnknown(m) {
 		return nil, false
 	}
-	cr, ok := copyCommonResponse(m.Response, parts, a)
+	cr, ok := copyCommonResponse(m.Response, parts, a, nil)
 	parts.br.Response = cr
 	return &parts.br, ok
 }
 
-// copyCommonResponse copies m, into parts if not nil.
-func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *arena) (*extprocv3.CommonResponse, bool) {
+// copyCommonResponse copies m, into a body reply's parts or a headers
+// reply's hp if not nil.
+func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *arena, hp *headersReplyParts) (*extprocv3.CommonResponse, bool) {
 	if m == nil {
 		return nil, true
 	}
@@ -454,9 +484,12 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 		return nil, false
 	}
 	var c *extprocv3.CommonResponse
-	if parts != nil {
+	switch {
+	case parts != nil:
 		c = &parts.cr
-	} else {
+	case hp != nil:
+		c = &hp.cr
+	default:
 		c = &extprocv3.CommonResponse{}
 	}
 	c.Status, c.ClearRouteCache = m.Status, m.ClearRouteCache
@@ -464,20 +497,25 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 		if hasUnknown(hm) {
 			return nil, false
 		}
-		c.HeaderMutation = &extprocv3.HeaderMutation{}
+		if hp != nil {
+			c.HeaderMutation = &hp.hm
+		} else {
+			c.HeaderMutation = &extprocv3.HeaderMutation{}
+		}
 		if hm.RemoveHeaders != nil {
 			c.HeaderMutation.RemoveHeaders = append(make([]string, 0, len(hm.RemoveHeaders)), hm.RemoveHeaders...)
 		}
 		if hm.SetHeaders != nil {
-			opts := make([]corev3.HeaderValueOption, len(hm.SetHeaders))
+			// Each option and its value in one cell, the cells in one
+			// block, the values' bytes in another.
+			cells := make([]setCell, len(hm.SetHeaders))
 			set := make([]*corev3.HeaderValueOption, len(hm.SetHeaders))
-			var vals []corev3.HeaderValue // allocated with the first header
-			var raw []byte
+			var raw []byte // allocated with the first header
 			for i, o := range hm.SetHeaders {
 				if o == nil || hasUnknown(o) {
 					return nil, false
 				}
-				d := &opts[i]
+				d := &cells[i].opt
 				d.AppendAction, d.KeepEmptyValue = o.AppendAction, o.KeepEmptyValue
 				//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
 				if ap := o.Append; ap != nil {
@@ -488,18 +526,17 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 					d.Append = &wrapperspb.BoolValue{Value: ap.Value}
 				}
 				if o.Header != nil {
-					if vals == nil {
-						vals = make([]corev3.HeaderValue, len(hm.SetHeaders))
+					if raw == nil {
 						n := 0
 						for _, o := range hm.SetHeaders {
 							n += len(o.GetHeader().GetRawValue())
 						}
 						raw = make([]byte, 0, n)
 					}
-					if !copyHeaderValue(&vals[i], o.Header, &raw) {
+					if !copyHeaderValue(&cells[i].val, o.Header, &raw) {
 						return nil, false
 					}
-					d.Header = &vals[i]
+					d.Header = &cells[i].val
 				}
 				set[i] = d
 			}
