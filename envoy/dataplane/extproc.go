@@ -266,34 +266,58 @@ type bodyChunk struct {
 	body extprocv3.HttpBody
 }
 
-// requestMetadata is a request's dynamic metadata, keyed by namespace.
+// requestMetadata is a request's dynamic metadata, keyed by namespace. The
+// first namespace written is kept apart from the others: a request nearly
+// always has only the one, and then needs no map.
 type requestMetadata struct {
-	mu sync.Mutex
-	ns map[string]*structpb.Struct
+	mu      sync.Mutex
+	firstNS string
+	first   *structpb.Struct
+	ns      map[string]*structpb.Struct
 }
 
 // merge merges fields into a namespace, as Envoy's setDynamicMetadata does.
+// s comes from a reply received for this request, which nothing else holds
+// or modifies (a received message is unmarshalled, or copied by the
+// in-process channel, afresh; the reply that carried it is reset, never
+// edited, by the next receive), so a namespace's first Struct is kept as it
+// is.
 func (m *requestMetadata) merge(ns string, s *structpb.Struct) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ns == nil {
-		m.ns = map[string]*structpb.Struct{}
+	merged := s
+	if cur := m.lookup(ns).GetFields(); cur != nil {
+		// Copy on write: get hands the namespace out to readers that use
+		// it without the lock (a message forwarding it to an upstream
+		// filter's processor, while the downstream one merges more).
+		fields := make(map[string]*structpb.Value, len(cur)+len(s.GetFields()))
+		maps.Copy(fields, cur)
+		maps.Copy(fields, s.GetFields())
+		merged = &structpb.Struct{Fields: fields}
 	}
-	// Copy on write: get hands the namespace out to readers that use it
-	// without the lock (a message forwarding it to an upstream filter's
-	// processor, while the downstream one merges more).
-	cur := m.ns[ns].GetFields()
-	fields := make(map[string]*structpb.Value, len(cur)+len(s.GetFields()))
-	maps.Copy(fields, cur)
-	maps.Copy(fields, s.GetFields())
-	m.ns[ns] = &structpb.Struct{Fields: fields}
+	switch {
+	case m.first == nil || m.firstNS == ns:
+		m.firstNS, m.first = ns, merged
+	default:
+		if m.ns == nil {
+			m.ns = map[string]*structpb.Struct{}
+		}
+		m.ns[ns] = merged
+	}
+}
+
+func (m *requestMetadata) lookup(ns string) *structpb.Struct {
+	if m.first != nil && m.firstNS == ns {
+		return m.first
+	}
+	return m.ns[ns]
 }
 
 // get returns the namespace's metadata, never modified afterwards.
 func (m *requestMetadata) get(ns string) *structpb.Struct {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ns[ns]
+	return m.lookup(ns)
 }
 
 func (p *processor) done() bool { return p.complete.Load() }
