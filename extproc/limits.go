@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -549,7 +550,14 @@ func (st *stream) withLimitHeaders(resp *extprocv3.ProcessingResponse) *extprocv
 		rh.Response.HeaderMutation = &extprocv3.HeaderMutation{}
 	}
 	hm := rh.Response.HeaderMutation
-	hm.SetHeaders = append(hm.SetHeaders, st.limits.headers...)
+	if hm.SetHeaders == nil {
+		// The request's own headers, never modified once built: the
+		// reply may hold them as they are (clipped, so nothing appends
+		// into them).
+		hm.SetHeaders = slices.Clip(st.limits.headers)
+	} else {
+		hm.SetHeaders = append(hm.SetHeaders, st.limits.headers...)
+	}
 	return resp
 }
 

@@ -124,15 +124,37 @@ func metadata(fields map[string]*structpb.Value) *structpb.Struct {
 // usageMetadata is the usage for the access log and the stream-end charge:
 // charge_tokens is what the data plane's ratelimit filter adds to the key's
 // tokens per minute, the total less what admission reserved already (a
-// batch line's estimate, admitBatchLine).
+// batch line's estimate, admitBatchLine). Every request with usage sends
+// one, so its parts are allocated together (usageBlock): three allocations
+// where building them one by one takes about fifteen.
 func usageMetadata(u Usage, reserved int64) *structpb.Struct {
-	return metadata(map[string]*structpb.Value{
-		"prompt_tokens":     structpb.NewNumberValue(float64(u.PromptTokens)),
-		"completion_tokens": structpb.NewNumberValue(float64(u.CompletionTokens)),
-		"total_tokens":      structpb.NewNumberValue(float64(u.TotalTokens)),
-		"cached_tokens":     structpb.NewNumberValue(float64(u.CachedTokens)),
-		"charge_tokens":     structpb.NewNumberValue(float64(max(u.TotalTokens-reserved, 0))),
-	})
+	b := &usageBlock{}
+	nums := [len(b.nums)]float64{float64(u.PromptTokens), float64(u.CompletionTokens), float64(u.TotalTokens),
+		float64(u.CachedTokens), float64(max(u.TotalTokens-reserved, 0))}
+	fields := make(map[string]*structpb.Value, len(usageFields))
+	for i, name := range usageFields {
+		b.nums[i].NumberValue = nums[i]
+		b.vals[i].Kind = &b.nums[i]
+		fields[name] = &b.vals[i]
+	}
+	b.inner.Fields = fields
+	b.ns.StructValue = &b.inner
+	b.nsVal.Kind = &b.ns
+	b.outer.Fields = map[string]*structpb.Value{catalog.MetadataNamespace: &b.nsVal}
+	return &b.outer
+}
+
+// usageFields are usageMetadata's fields, in usageBlock's order.
+var usageFields = [...]string{"prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens", "charge_tokens"}
+
+// usageBlock is usageMetadata's Struct and values, allocated together.
+// Never copied: the parts point at each other.
+type usageBlock struct {
+	outer, inner structpb.Struct
+	nsVal        structpb.Value
+	ns           structpb.Value_StructValue
+	vals         [len(usageFields)]structpb.Value
+	nums         [len(usageFields)]structpb.Value_NumberValue
 }
 
 // bytesString views b as a string without copying, so gjson can read bodies

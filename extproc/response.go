@@ -3,7 +3,6 @@ package extproc
 import (
 	"context"
 	"fmt"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,55 +15,99 @@ import (
 	"github.com/switchyard-ai/switchyard/internal/apierror"
 )
 
-// responseHeaders chooses how the response body is processed.
+// responseHeaders chooses how the response body is processed. Its reply
+// also carries the admission's x-ratelimit-* headers (withLimitHeaders).
 func (st *stream) responseHeaders(_ context.Context, h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+	r := &respHeadersReply{}
+	r.rh.ResponseHeaders = &r.hr
+	r.resp.Response = &r.rh
+	if len(st.limits.headers) > 0 {
+		r.mutation() // for withLimitHeaders
+	}
 	if !st.routed {
-		return responseHeadersReply(nil)
+		return &r.resp
 	}
 	var ctype, encoding string
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch strings.ToLower(hv.GetKey()) {
 		case ":status":
-			st.status, _ = strconv.Atoi(headerValue(hv))
+			st.status, _ = strconv.Atoi(headerView(hv))
 		case "content-type":
-			ctype = headerValue(hv)
+			ctype = headerView(hv)
 		case "content-encoding":
-			encoding = headerValue(hv)
+			encoding = headerView(hv)
 		}
 	}
 	if h.GetEndOfStream() {
-		return responseHeadersReply(nil) // no body to read
+		return &r.resp // no body to read
 	}
 	if encoding != "" && !strings.EqualFold(encoding, "identity") {
 		// We removed accept-encoding, so this is a provider ignoring it;
 		// a compressed body cannot be read, so let it through untouched.
 		st.srv.log.Warn("extproc: compressed response, usage not recorded", "request_id", st.requestID,
 			"key_id", st.key.ID, "model", st.model, "status", st.status)
-		return responseHeadersReply(nil)
+		return &r.resp
 	}
-	media, _, _ := mime.ParseMediaType(ctype)
-	var cr *extprocv3.CommonResponse
-	var mode *filterv3.ProcessingMode
+	media := mediaType(ctype)
 	switch {
 	case st.status >= 400:
 		// Errors are buffered whatever their type, so one that is not
 		// OpenAI-shaped (an HTML 502 page, say) can be replaced.
 		st.kind = respJSON
-		mode = modeOverride(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_SEND)
+		r.resp.ModeOverride = jsonResponseMode
 	case media == "text/event-stream":
 		st.kind = respSSE
-		mode = modeOverride(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_SEND)
+		r.resp.ModeOverride = sseResponseMode
 		if st.sse.drop || st.sse.model != nil {
 			// Chunks may change length; a length would no longer be true.
-			cr = &extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: []string{"content-length"}}}
+			r.mutation().RemoveHeaders = removeContentLength
 		}
 	case media == "application/json" || strings.HasSuffix(media, "+json"):
 		st.kind = respJSON
-		mode = modeOverride(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_SEND)
+		r.resp.ModeOverride = jsonResponseMode
 	}
-	resp := responseHeadersReply(cr)
-	resp.ModeOverride = mode
-	return resp
+	return &r.resp
+}
+
+// The response's processing for the rest of a routed request, shared by
+// replies (never modified): the body BUFFERED for JSON and errors, STREAMED
+// for event streams.
+var (
+	jsonResponseMode    = modeOverride(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_SEND)
+	sseResponseMode     = modeOverride(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_SEND)
+	removeContentLength = []string{"content-length"}
+)
+
+// respHeadersReply is responseHeaders' reply, its parts allocated together:
+// one allocation on every request where building them takes up to five.
+// Never copied: the parts point at each other.
+type respHeadersReply struct {
+	resp extprocv3.ProcessingResponse
+	rh   extprocv3.ProcessingResponse_ResponseHeaders
+	hr   extprocv3.HeadersResponse
+	cr   extprocv3.CommonResponse
+	hm   extprocv3.HeaderMutation
+}
+
+// mutation returns the reply's header mutation, linking it in.
+func (r *respHeadersReply) mutation() *extprocv3.HeaderMutation {
+	r.hr.Response = &r.cr
+	r.cr.HeaderMutation = &r.hm
+	return &r.hm
+}
+
+// mediaType is a Content-Type's media type, lower case, without its
+// parameters: what mime.ParseMediaType returns for a well-formed one,
+// without the map of parameters it builds.
+func mediaType(ctype string) string {
+	media, _, _ := strings.Cut(ctype, ";")
+	media = strings.TrimSpace(media)
+	for i := 0; i < len(media); i++ {
+		if c := media[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(media)
+		}
+	}
+	return media
 }
 
 // responseBody handles the response body in the mode responseHeaders chose.
@@ -106,33 +149,55 @@ func (st *stream) jsonBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 	if u := gjson.Get(js, "usage"); u.IsObject() {
 		st.setUsage(usageFrom(u))
 	}
-	cr := st.renameModel(body)
+	r := &respBodyReply{}
+	r.rb.ResponseBody = &r.br
+	r.resp.Response = &r.rb
+	st.renameModel(body, r)
 	if !b.GetEndOfStream() || !st.haveUsage {
-		return responseBodyReply(cr)
+		return &r.resp
 	}
 	st.recordUsage(ctx)
-	resp := responseBodyReply(cr)
-	resp.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
+	r.resp.DynamicMetadata = usageMetadata(st.usage, st.limits.reserved)
 	st.limits.usagePublished = true
-	return resp
+	return &r.resp
 }
 
-// renameModel returns the mutation that makes a JSON response's top-level
-// model the id the client asked for (an OpenAI-kind provider answers with
-// its own name for it), or nil when it already is.
-func (st *stream) renameModel(body []byte) *extprocv3.CommonResponse {
+// respBodyReply is jsonBody's reply, its parts allocated together: one
+// allocation where building them one by one takes about ten, on every
+// non-streaming request. Never copied: the parts point at each other.
+type respBodyReply struct {
+	resp     extprocv3.ProcessingResponse
+	rb       extprocv3.ProcessingResponse_ResponseBody
+	br       extprocv3.BodyResponse
+	cr       extprocv3.CommonResponse
+	hm       extprocv3.HeaderMutation
+	set      [1]*corev3.HeaderValueOption
+	cl       corev3.HeaderValueOption // content-length
+	clValue  corev3.HeaderValue
+	clDigits [20]byte
+	bm       extprocv3.BodyMutation
+	bodyMut  extprocv3.BodyMutation_Body
+}
+
+// renameModel sets, in r, the mutation that makes a JSON response's
+// top-level model the id the client asked for (an OpenAI-kind provider
+// answers with its own name for it); none when it already is.
+func (st *stream) renameModel(body []byte, r *respBodyReply) {
 	want := st.sse.model
 	m := gjson.Get(bytesString(body), "model")
 	if want == nil || m.Type != gjson.String || m.Index <= 0 || m.Raw == string(want) {
-		return nil
+		return
 	}
 	out := make([]byte, 0, len(body)-len(m.Raw)+len(want))
 	out = append(append(append(out, body[:m.Index]...), want...), body[m.Index+len(m.Raw):]...)
-	return &extprocv3.CommonResponse{
-		HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-			setHeader("content-length", strconv.Itoa(len(out)))}},
-		BodyMutation: bodyMutation(out),
-	}
+	r.clValue.Key, r.clValue.RawValue = "content-length", strconv.AppendInt(r.clDigits[:0], int64(len(out)), 10)
+	r.cl.Header, r.cl.AppendAction = &r.clValue, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	r.set[0] = &r.cl
+	r.hm.SetHeaders = r.set[:]
+	r.bodyMut.Body = out
+	r.bm.Mutation = &r.bodyMut
+	r.cr.HeaderMutation, r.cr.BodyMutation = &r.hm, &r.bm
+	r.br.Response = &r.cr
 }
 
 // providerError returns the error to send instead of a provider's error

@@ -169,27 +169,29 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	// Messages are unmarshalled afresh for this stream and held by nothing
 	// else, so the handlers may edit request bodies in place.
 	var h handler
-	md, _ := grpcmd.FromIncomingContext(ctx)
-	upstream := firstValue(md, catalog.PhaseMetadata) == catalog.PhaseUpstream
+	// The two keys alone, not FromIncomingContext's copy of the whole
+	// metadata (a real gRPC server's carries its own keys too).
+	upstream := firstValue(grpcmd.ValueFromIncomingContext(ctx, catalog.PhaseMetadata)) == catalog.PhaseUpstream
 	tr := s.startTrace(ctx, upstream)
 	defer tr.end()
+	// One message, received into again and again: the handlers keep parts
+	// of a message (its body), never the message itself, and each receive
+	// gives it fresh parts (proto.Unmarshal, or the in-process channel's
+	// copy), so a streamed body's chunks cost no allocation here. It is
+	// allocated with the stream's state.
+	var req *extprocv3.ProcessingRequest
 	if upstream {
-		u := newUpstreamStream(s, firstValue(md, catalog.ProviderMetadata))
+		u := newUpstreamStream(s, firstValue(grpcmd.ValueFromIncomingContext(ctx, catalog.ProviderMetadata)))
 		u.ownsBody = true
-		h = u
+		h, req = u, &u.in
 	} else {
 		st := newStream(s)
 		st.ownsBody = true
-		h = st
+		h, req = st, &st.in
 	}
 	// A client that goes away after the usage chunk still used the tokens:
 	// record them even if the end of the response never reaches us.
 	defer h.finish(ctx)
-	// One message, received into again and again: the handlers keep parts
-	// of a message (its body), never the message itself, and each receive
-	// gives it fresh parts (proto.Unmarshal, or the in-process channel's
-	// copy), so a streamed body's chunks cost no allocation here.
-	req := new(extprocv3.ProcessingRequest)
 	for {
 		err := ps.RecvMsg(req)
 		if err != nil {
@@ -222,8 +224,8 @@ type handler interface {
 	finish(ctx context.Context)
 }
 
-func firstValue(md grpcmd.MD, key string) string {
-	if v := md.Get(key); len(v) > 0 {
+func firstValue(v []string) string {
+	if len(v) > 0 {
 		return v[0]
 	}
 	return ""

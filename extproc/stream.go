@@ -80,6 +80,9 @@ type stream struct {
 	passChunk *extprocv3.ProcessingResponse
 	editChunk *extprocv3.ProcessingResponse
 	editBody  *extprocv3.BodyMutation_Body
+
+	// in is the message Process receives into (server.go).
+	in extprocv3.ProcessingRequest
 }
 
 func newStream(s *Server) *stream {

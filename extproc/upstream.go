@@ -104,6 +104,9 @@ type upstreamStream struct {
 	// Replies reused for every chunk, as in stream.
 	editChunk *extprocv3.ProcessingResponse
 	editBody  *extprocv3.BodyMutation_Body
+
+	// in is the message Process receives into (server.go).
+	in extprocv3.ProcessingRequest
 }
 
 func newUpstreamStream(s *Server, provider string) *upstreamStream {

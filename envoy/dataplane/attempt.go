@@ -71,6 +71,7 @@ func (d *DataPlane) compileUpstreamFilters(po *upstreamhttpv3.HttpProtocolOption
 			if pf.disabledByDefault {
 				continue // upstream filters have no per-route enabling here
 			}
+			pf.counters = &d.extProcUp
 			out.upstreamExtProc = pf
 		case f.GetIsOptional():
 			d.log.Warn("optional upstream http filter not supported by the data plane; skipped", "cluster", out.name, "filter", f.GetName())

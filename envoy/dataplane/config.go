@@ -463,6 +463,7 @@ func (d *DataPlane) compileHCM(hcm *hcmv3.HttpConnectionManager, snap *snapshot,
 				}
 				return nil, fmt.Errorf("%s: http filter %q: %w", from, f.GetName(), err)
 			}
+			pf.counters = &d.extProcDown
 			hc.extProc = pf
 		case a.MessageIs(&ratelimitfilterv3.RateLimit{}):
 			if hc.rateLimit != nil {

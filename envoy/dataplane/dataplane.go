@@ -117,6 +117,8 @@ type DataPlane struct {
 	// ratelimit call, the access log) is still running (stream.go, finish).
 	streamDone sync.WaitGroup
 	doneQ      *streamDoneQueue
+	// The ext_proc filters' counters (extprocstats.go).
+	extProcDown, extProcUp extProcCounters
 
 	// draining is set when Shutdown starts (readiness turns false);
 	// stopping is cancelled when its grace period is over, ending every

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.opentelemetry.io/otel/trace"
@@ -33,6 +34,9 @@ type extProcFilter struct {
 	disabledByDefault bool // HttpFilter.disabled: runs only where a route enables it
 	cluster           string
 	conn              grpc.ClientConnInterface
+	// client and callOpts open its Process streams, made once.
+	client            extprocv3.ExternalProcessorClient
+	callOpts          []grpc.CallOption
 	initialMetadata   []string // key, value pairs
 	maxRecv           int
 	failureModeAllow  bool
@@ -50,6 +54,9 @@ type extProcFilter struct {
 	keepContentLength bool
 	forwardAllowed    []*stringMatcher
 	forwardDisallowed []*stringMatcher
+	// counters are the data plane's, for this filter's place (nil in
+	// tests that compile a filter alone).
+	counters *extProcCounters
 }
 
 // procMode is a ProcessingMode reduced to what the filter acts on. Trailer
@@ -135,6 +142,8 @@ func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProce
 	if n := eg.GetMaxReceiveMessageLength().GetValue(); n > 0 && n < math.MaxInt32 {
 		f.maxRecv = int(n)
 	}
+	f.client = extprocv3.NewExternalProcessorClient(conn)
+	f.callOpts = []grpc.CallOption{grpc.MaxCallRecvMsgSize(f.maxRecv)}
 	for _, hv := range c.GetGrpcService().GetInitialMetadata() {
 		v := hv.GetValue()
 		if v == "" {
@@ -257,34 +266,58 @@ type bodyChunk struct {
 	body extprocv3.HttpBody
 }
 
-// requestMetadata is a request's dynamic metadata, keyed by namespace.
+// requestMetadata is a request's dynamic metadata, keyed by namespace. The
+// first namespace written is kept apart from the others: a request nearly
+// always has only the one, and then needs no map.
 type requestMetadata struct {
-	mu sync.Mutex
-	ns map[string]*structpb.Struct
+	mu      sync.Mutex
+	firstNS string
+	first   *structpb.Struct
+	ns      map[string]*structpb.Struct
 }
 
 // merge merges fields into a namespace, as Envoy's setDynamicMetadata does.
+// s comes from a reply received for this request, which nothing else holds
+// or modifies (a received message is unmarshalled, or copied by the
+// in-process channel, afresh; the reply that carried it is reset, never
+// edited, by the next receive), so a namespace's first Struct is kept as it
+// is.
 func (m *requestMetadata) merge(ns string, s *structpb.Struct) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ns == nil {
-		m.ns = map[string]*structpb.Struct{}
+	merged := s
+	if cur := m.lookup(ns).GetFields(); cur != nil {
+		// Copy on write: get hands the namespace out to readers that use
+		// it without the lock (a message forwarding it to an upstream
+		// filter's processor, while the downstream one merges more).
+		fields := make(map[string]*structpb.Value, len(cur)+len(s.GetFields()))
+		maps.Copy(fields, cur)
+		maps.Copy(fields, s.GetFields())
+		merged = &structpb.Struct{Fields: fields}
 	}
-	// Copy on write: get hands the namespace out to readers that use it
-	// without the lock (a message forwarding it to an upstream filter's
-	// processor, while the downstream one merges more).
-	cur := m.ns[ns].GetFields()
-	fields := make(map[string]*structpb.Value, len(cur)+len(s.GetFields()))
-	maps.Copy(fields, cur)
-	maps.Copy(fields, s.GetFields())
-	m.ns[ns] = &structpb.Struct{Fields: fields}
+	switch {
+	case m.first == nil || m.firstNS == ns:
+		m.firstNS, m.first = ns, merged
+	default:
+		if m.ns == nil {
+			m.ns = map[string]*structpb.Struct{}
+		}
+		m.ns[ns] = merged
+	}
+}
+
+func (m *requestMetadata) lookup(ns string) *structpb.Struct {
+	if m.first != nil && m.firstNS == ns {
+		return m.first
+	}
+	return m.ns[ns]
 }
 
 // get returns the namespace's metadata, never modified afterwards.
 func (m *requestMetadata) get(ns string) *structpb.Struct {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.ns[ns]
+	return m.lookup(ns)
 }
 
 func (p *processor) done() bool { return p.complete.Load() }
@@ -316,7 +349,7 @@ func (p *processor) open(ctx context.Context) error {
 		sctx = metadata.AppendToOutgoingContext(sctx, p.f.initialMetadata...)
 	}
 	sctx = p.traceMetadata(sctx)
-	stream, err := extprocv3.NewExternalProcessorClient(p.f.conn).Process(sctx, grpc.MaxCallRecvMsgSize(p.f.maxRecv))
+	stream, err := p.f.client.Process(sctx, p.f.callOpts...)
 	if err != nil {
 		cancel()
 		return err
@@ -330,7 +363,7 @@ func (p *processor) open(ctx context.Context) error {
 // ImmediateResponse. It returns errSkip when processing is complete and
 // *failure when the request must end with a local reply.
 func (p *processor) call(ctx context.Context, req *extprocv3.ProcessingRequest, want msgKind) (*extprocv3.CommonResponse, *extprocv3.ImmediateResponse, error) {
-	resp, err := p.exchange(ctx, req)
+	resp, err := p.exchange(ctx, req, want)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -373,7 +406,7 @@ func (p *processor) call(ctx context.Context, req *extprocv3.ProcessingRequest, 
 }
 
 // exchange sends req and waits for its reply under message_timeout.
-func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingRequest, kind msgKind) (*extprocv3.ProcessingResponse, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.complete.Load() {
@@ -382,6 +415,9 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 	if p.stream == nil {
 		if err := p.open(ctx); err != nil {
 			return nil, p.failLocked(p.grpcFailure(err))
+		}
+		if c := p.f.counters; c != nil {
+			c.streams.Add(1)
 		}
 	}
 	p.addForwardingMetadata(req)
@@ -404,6 +440,9 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 	defer timer.Stop()
 	// A failed Send carries no status; Recv reports the stream's real error.
 	_ = stream.Send(req)
+	if c := p.f.counters; c != nil {
+		c.msgs[kind].Add(1)
+	}
 	extended := false
 	if p.reply == nil {
 		p.reply = new(extprocv3.ProcessingResponse)
@@ -535,11 +574,28 @@ func (p *processor) headersRequest(h headerMap, endOfStream, response bool) *ext
 			}
 		}
 	}
-	hh := &extprocv3.HttpHeaders{Headers: hm.proto(), EndOfStream: endOfStream}
+	b := &headersMessage{}
+	hm.protoInto(&b.headers)
+	b.hh.Headers, b.hh.EndOfStream = &b.headers, endOfStream
 	if response {
-		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
+		b.resp.ResponseHeaders = &b.hh
+		b.msg.Request = &b.resp
+	} else {
+		b.req.RequestHeaders = &b.hh
+		b.msg.Request = &b.req
 	}
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
+	return &b.msg
+}
+
+// headersMessage is a headers message and its parts, allocated together
+// (the header values are allocated apart, sized to the map). Never copied:
+// the parts point at each other.
+type headersMessage struct {
+	msg     extprocv3.ProcessingRequest
+	req     extprocv3.ProcessingRequest_RequestHeaders
+	resp    extprocv3.ProcessingRequest_ResponseHeaders
+	hh      extprocv3.HttpHeaders
+	headers corev3.HeaderMap
 }
 
 // chunkRequest is bodyRequest for the chunks of a streamed body: one
@@ -563,12 +619,18 @@ func (p *processor) chunkRequest(body []byte, endOfStream, response bool) *extpr
 	return &(*c).msg
 }
 
+// bodyRequest builds a buffered body message, its parts allocated together.
 func bodyRequest(body []byte, endOfStream, response bool) *extprocv3.ProcessingRequest {
-	hb := &extprocv3.HttpBody{Body: body, EndOfStream: endOfStream}
+	c := &bodyChunk{}
+	c.body.Body, c.body.EndOfStream = body, endOfStream
 	if response {
-		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: hb}}
+		c.resp.ResponseBody = &c.body
+		c.msg.Request = &c.resp
+	} else {
+		c.req.RequestBody = &c.body
+		c.msg.Request = &c.req
 	}
-	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: hb}}
+	return &c.msg
 }
 
 // mutateBody applies a BodyMutation to body and returns the result.

@@ -101,18 +101,18 @@ func (h headerMap) contentLength() int64 {
 	return n
 }
 
-// proto renders the map for ext_proc: values go in raw_value, as Envoy sends
+// protoInto renders the map for ext_proc into out: values go in raw_value, as Envoy sends
 // them (the string value field is left empty). The messages and the values
 // are allocated in one block each, not one per header: a request's headers
 // cross ext_proc several times.
-func (h headerMap) proto() *corev3.HeaderMap {
+func (h headerMap) protoInto(out *corev3.HeaderMap) {
 	n := 0
 	for _, f := range h {
 		n += len(f.value)
 	}
 	vals := make([]corev3.HeaderValue, len(h))
 	raw := make([]byte, 0, n)
-	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, len(h))}
+	out.Headers = make([]*corev3.HeaderValue, len(h))
 	for i, f := range h {
 		start := len(raw)
 		raw = append(raw, f.value...)
@@ -120,7 +120,6 @@ func (h headerMap) proto() *corev3.HeaderMap {
 		vals[i].RawValue = raw[start:len(raw):len(raw)]
 		out.Headers[i] = &vals[i]
 	}
-	return out
 }
 
 // httpHeader converts the map into an http.Header without pseudo-headers and

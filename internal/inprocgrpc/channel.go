@@ -60,9 +60,9 @@ const defaultMaxRecv = 4 << 20
 // it serves. Register services before the first call.
 type Channel struct {
 	maxRecv int
-	// work hands a stream's handler to an idle worker (unbuffered: a send
-	// succeeds only when one is waiting).
-	work    chan func()
+	// work hands a stream to an idle worker, which runs its handler
+	// (unbuffered: a send succeeds only when one is waiting).
+	work    chan *stream
 	workers chan struct{} // tokens: at most cap(workers) workers
 
 	mu       sync.RWMutex
@@ -73,6 +73,9 @@ type service struct {
 	impl    any
 	methods map[string]*grpc.MethodDesc
 	streams map[string]*grpc.StreamDesc
+	// unary holds each method's transport stream, shared by its calls
+	// (it is the method's name and nothing else).
+	unary map[string]*unaryTransport
 }
 
 var (
@@ -83,7 +86,7 @@ var (
 // New returns a Channel with no services.
 func New(opts Options) *Channel {
 	c := &Channel{maxRecv: opts.MaxRecvMsgSize, services: map[string]*service{},
-		work: make(chan func()), workers: make(chan struct{}, 4*runtime.GOMAXPROCS(0))}
+		work: make(chan *stream), workers: make(chan struct{}, 4*runtime.GOMAXPROCS(0))}
 	if c.maxRecv <= 0 {
 		c.maxRecv = defaultMaxRecv
 	}
@@ -101,9 +104,12 @@ func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	if _, dup := c.services[desc.ServiceName]; dup {
 		panic("inprocgrpc: service " + desc.ServiceName + " registered twice")
 	}
-	s := &service{impl: impl, methods: map[string]*grpc.MethodDesc{}, streams: map[string]*grpc.StreamDesc{}}
+	s := &service{impl: impl, methods: map[string]*grpc.MethodDesc{}, streams: map[string]*grpc.StreamDesc{},
+		unary: map[string]*unaryTransport{}}
 	for i := range desc.Methods {
-		s.methods[desc.Methods[i].MethodName] = &desc.Methods[i]
+		name := desc.Methods[i].MethodName
+		s.methods[name] = &desc.Methods[i]
+		s.unary[name] = &unaryTransport{method: "/" + desc.ServiceName + "/" + name}
 	}
 	for i := range desc.Streams {
 		s.streams[desc.Streams[i].StreamName] = &desc.Streams[i]
@@ -139,7 +145,12 @@ func (c *Channel) Invoke(ctx context.Context, method string, args, reply any, op
 	if err := ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()
 	}
-	sctx, cancel := serverContext(ctx, method, nil)
+	sts := s.unary[name]
+	if sts.method != method {
+		// A name gRPC would have routed here too (no leading slash).
+		sts = &unaryTransport{method: method}
+	}
+	sctx, cancel := serverContext(ctx, sts)
 	defer cancel()
 	dec := func(m any) error { return copyMessage(m, args, c.maxRecv) }
 	out, err := md.Handler(s.impl, sctx, dec, nil)
@@ -171,13 +182,15 @@ func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 		clientMaxRecv: callMaxRecv(opts),
 		serverMaxRecv: c.maxRecv,
 		headerSent:    make(chan struct{}),
-		toServer:      newQueue(),
-		toClient:      newQueue(),
+		handler:       sd.Handler,
+		impl:          s.impl,
 	}
+	st.toServer.init()
+	st.toClient.init()
 	st.server.st = st
 	st.client.st = st
-	st.serverCtx, st.cancel = serverContext(ctx, method, transportStream{&st.server})
-	c.run(func() { st.serve(sd.Handler, s.impl) })
+	st.serverCtx, st.cancel = serverContext(ctx, transportStream{&st.server})
+	c.run(st)
 	return &st.client, nil
 }
 
@@ -188,46 +201,46 @@ const workerIdle = 30 * time.Second
 // with NumStreamWorkers: a worker's stack has already grown to what the
 // handler needs, where a fresh goroutine per stream copies its stack as it
 // grows, every time. With every worker busy, f gets a goroutine of its own.
-func (c *Channel) run(f func()) {
+func (c *Channel) run(st *stream) {
 	select {
-	case c.work <- f:
+	case c.work <- st:
 		return
 	default:
 	}
 	select {
 	case c.workers <- struct{}{}:
-		go c.worker(f)
+		go c.worker(st)
 	default:
-		go f()
+		go st.serve()
 	}
 }
 
-func (c *Channel) worker(f func()) {
+func (c *Channel) worker(st *stream) {
 	defer func() { <-c.workers }()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		f()
+		st.serve()
 		idle.Reset(workerIdle)
 		select {
-		case f = <-c.work:
+		case st = <-c.work:
 		case <-idle.C:
 			return
 		}
 	}
 }
 
+// peerContext is where every handler's context starts: the in-process
+// peer, the same for every call.
+var peerContext = peer.NewContext(context.Background(), &peer.Peer{Addr: inProcessAddr{}})
+
 // serverContext is a handler's context: the client's deadline and
 // cancellation and its outgoing metadata as incoming metadata, but none of
 // its other values, as across a network.
-func serverContext(client context.Context, method string, sts grpc.ServerTransportStream) (context.Context, context.CancelFunc) {
-	ctx := context.Background()
+func serverContext(client context.Context, sts grpc.ServerTransportStream) (context.Context, context.CancelFunc) {
+	ctx := peerContext
 	if md, ok := metadata.FromOutgoingContext(client); ok {
 		ctx = metadata.NewIncomingContext(ctx, md)
-	}
-	ctx = peer.NewContext(ctx, &peer.Peer{Addr: inProcessAddr{}})
-	if sts == nil {
-		sts = &unaryTransport{method: method}
 	}
 	ctx = grpc.NewContextWithServerTransportStream(ctx, sts)
 	var cancel context.CancelFunc

@@ -344,10 +344,14 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	}
 	var c *extprocv3.ProcessingResponse
 	var parts *bodyReplyParts
+	var hp *headersReplyParts
 	switch m.Response.(type) {
 	case *extprocv3.ProcessingResponse_RequestBody, *extprocv3.ProcessingResponse_ResponseBody:
 		parts = a.replyParts()
 		c = &parts.msg
+	case *extprocv3.ProcessingResponse_RequestHeaders, *extprocv3.ProcessingResponse_ResponseHeaders:
+		hp = &headersReplyParts{}
+		c = &hp.msg
 	default:
 		c = &extprocv3.ProcessingResponse{}
 	}
@@ -356,17 +360,19 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	switch r := m.Response.(type) {
 	case nil:
 	case *extprocv3.ProcessingResponse_RequestHeaders:
-		h, ok := copyHeadersResponse(r.RequestHeaders)
+		h, ok := copyHeadersResponse(r.RequestHeaders, hp)
 		if !ok {
 			return nil, false
 		}
-		c.Response = &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: h}
+		hp.rq.RequestHeaders = h
+		c.Response = &hp.rq
 	case *extprocv3.ProcessingResponse_ResponseHeaders:
-		h, ok := copyHeadersResponse(r.ResponseHeaders)
+		h, ok := copyHeadersResponse(r.ResponseHeaders, hp)
 		if !ok {
 			return nil, false
 		}
-		c.Response = &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: h}
+		hp.rs.ResponseHeaders = h
+		c.Response = &hp.rs
 	case *extprocv3.ProcessingResponse_RequestBody:
 		b, ok := copyBodyResponse(r.RequestBody, parts, a)
 		if !ok {
@@ -395,11 +401,15 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 		if hasUnknown(mo) {
 			return nil, false
 		}
-		c.ModeOverride = &filterv3.ProcessingMode{
-			RequestHeaderMode: mo.RequestHeaderMode, ResponseHeaderMode: mo.ResponseHeaderMode,
-			RequestBodyMode: mo.RequestBodyMode, ResponseBodyMode: mo.ResponseBodyMode,
-			RequestTrailerMode: mo.RequestTrailerMode, ResponseTrailerMode: mo.ResponseTrailerMode,
+		if hp != nil {
+			c.ModeOverride = &hp.mode
+		} else {
+			c.ModeOverride = &filterv3.ProcessingMode{}
 		}
+		d := c.ModeOverride
+		d.RequestHeaderMode, d.ResponseHeaderMode = mo.RequestHeaderMode, mo.ResponseHeaderMode
+		d.RequestBodyMode, d.ResponseBodyMode = mo.RequestBodyMode, mo.ResponseBodyMode
+		d.RequestTrailerMode, d.ResponseTrailerMode = mo.RequestTrailerMode, mo.ResponseTrailerMode
 	}
 	if d := m.OverrideMessageTimeout; d != nil {
 		if hasUnknown(d) {
@@ -410,15 +420,34 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	return c, true
 }
 
-func copyHeadersResponse(m *extprocv3.HeadersResponse) (*extprocv3.HeadersResponse, bool) {
+func copyHeadersResponse(m *extprocv3.HeadersResponse, hp *headersReplyParts) (*extprocv3.HeadersResponse, bool) {
 	if m == nil {
 		return nil, true
 	}
 	if hasUnknown(m) {
 		return nil, false
 	}
-	cr, ok := copyCommonResponse(m.Response, nil, nil)
-	return &extprocv3.HeadersResponse{Response: cr}, ok
+	cr, ok := copyCommonResponse(m.Response, nil, nil, hp)
+	hp.hr.Response = cr
+	return &hp.hr, ok
+}
+
+// setCell is the memory of a header mutation's set_headers entry.
+type setCell struct {
+	opt corev3.HeaderValueOption
+	val corev3.HeaderValue
+}
+
+// headersReplyParts are the parts of a headers reply's copy, allocated
+// together: every request has two or three such replies.
+type headersReplyParts struct {
+	msg  extprocv3.ProcessingResponse
+	rq   extprocv3.ProcessingResponse_RequestHeaders
+	rs   extprocv3.ProcessingResponse_ResponseHeaders
+	hr   extprocv3.HeadersResponse
+	cr   extprocv3.CommonResponse
+	hm   extprocv3.HeaderMutation
+	mode filterv3.ProcessingMode
 }
 
 // bodyReplyParts are the parts of a body reply's copy, allocated
@@ -440,13 +469,14 @@ func copyBodyResponse(m *extprocv3.BodyResponse, parts *bodyReplyParts, a *arena
 	if hasUnknown(m) {
 		return nil, false
 	}
-	cr, ok := copyCommonResponse(m.Response, parts, a)
+	cr, ok := copyCommonResponse(m.Response, parts, a, nil)
 	parts.br.Response = cr
 	return &parts.br, ok
 }
 
-// copyCommonResponse copies m, into parts if not nil.
-func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *arena) (*extprocv3.CommonResponse, bool) {
+// copyCommonResponse copies m, into a body reply's parts or a headers
+// reply's hp if not nil.
+func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *arena, hp *headersReplyParts) (*extprocv3.CommonResponse, bool) {
 	if m == nil {
 		return nil, true
 	}
@@ -454,9 +484,12 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 		return nil, false
 	}
 	var c *extprocv3.CommonResponse
-	if parts != nil {
+	switch {
+	case parts != nil:
 		c = &parts.cr
-	} else {
+	case hp != nil:
+		c = &hp.cr
+	default:
 		c = &extprocv3.CommonResponse{}
 	}
 	c.Status, c.ClearRouteCache = m.Status, m.ClearRouteCache
@@ -464,20 +497,25 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 		if hasUnknown(hm) {
 			return nil, false
 		}
-		c.HeaderMutation = &extprocv3.HeaderMutation{}
+		if hp != nil {
+			c.HeaderMutation = &hp.hm
+		} else {
+			c.HeaderMutation = &extprocv3.HeaderMutation{}
+		}
 		if hm.RemoveHeaders != nil {
 			c.HeaderMutation.RemoveHeaders = append(make([]string, 0, len(hm.RemoveHeaders)), hm.RemoveHeaders...)
 		}
 		if hm.SetHeaders != nil {
-			opts := make([]corev3.HeaderValueOption, len(hm.SetHeaders))
+			// Each option and its value in one cell, the cells in one
+			// block, the values' bytes in another.
+			cells := make([]setCell, len(hm.SetHeaders))
 			set := make([]*corev3.HeaderValueOption, len(hm.SetHeaders))
-			var vals []corev3.HeaderValue // allocated with the first header
-			var raw []byte
+			var raw []byte // allocated with the first header
 			for i, o := range hm.SetHeaders {
 				if o == nil || hasUnknown(o) {
 					return nil, false
 				}
-				d := &opts[i]
+				d := &cells[i].opt
 				d.AppendAction, d.KeepEmptyValue = o.AppendAction, o.KeepEmptyValue
 				//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
 				if ap := o.Append; ap != nil {
@@ -488,18 +526,17 @@ func copyCommonResponse(m *extprocv3.CommonResponse, parts *bodyReplyParts, a *a
 					d.Append = &wrapperspb.BoolValue{Value: ap.Value}
 				}
 				if o.Header != nil {
-					if vals == nil {
-						vals = make([]corev3.HeaderValue, len(hm.SetHeaders))
+					if raw == nil {
 						n := 0
 						for _, o := range hm.SetHeaders {
 							n += len(o.GetHeader().GetRawValue())
 						}
 						raw = make([]byte, 0, n)
 					}
-					if !copyHeaderValue(&vals[i], o.Header, &raw) {
+					if !copyHeaderValue(&cells[i].val, o.Header, &raw) {
 						return nil, false
 					}
-					d.Header = &vals[i]
+					d.Header = &cells[i].val
 				}
 				set[i] = d
 			}
@@ -539,53 +576,77 @@ func copyStruct(m *structpb.Struct) (*structpb.Struct, bool) {
 	if hasUnknown(m) {
 		return nil, false
 	}
+	if c, ok, shaped := copyNamespaced(m); shaped {
+		return c, ok
+	}
 	c := &structpb.Struct{}
 	if m.Fields != nil {
-		// The values, and their string and number kinds (nearly all of
-		// the gateway's metadata), are allocated a block each.
-		var ns, nn int
-		for _, v := range m.Fields {
-			switch v.GetKind().(type) {
-			case *structpb.Value_StringValue:
-				ns++
-			case *structpb.Value_NumberValue:
-				nn++
-			}
-		}
-		b := valueBlock{vals: make([]structpb.Value, len(m.Fields))}
-		if ns > 0 {
-			b.strs = make([]structpb.Value_StringValue, ns)
-		}
-		if nn > 0 {
-			b.nums = make([]structpb.Value_NumberValue, nn)
-		}
+		// The values, with their string or number kinds (nearly all of
+		// the gateway's metadata), are allocated in one block.
+		cells := make([]valueCell, len(m.Fields))
 		c.Fields = make(map[string]*structpb.Value, len(m.Fields))
+		i := 0
 		for k, v := range m.Fields {
-			cv, ok := copyValue(v, &b)
+			cv, ok := copyValue(v, &cells[i])
 			if !ok {
 				return nil, false
 			}
 			c.Fields[k] = cv
+			i++
 		}
 	}
 	return c, true
 }
 
-// valueBlock is memory for a Struct's values, taken from the front.
-type valueBlock struct {
-	vals []structpb.Value
-	strs []structpb.Value_StringValue
-	nums []structpb.Value_NumberValue
+// copyNamespaced copies a Struct of the shape dynamic metadata has, one
+// field (the namespace) holding a Struct, with the namespace's Struct, its
+// value and their wrapper in one allocation. shaped is false, and nothing
+// is copied, when m has another shape.
+func copyNamespaced(m *structpb.Struct) (c *structpb.Struct, ok, shaped bool) {
+	if len(m.Fields) != 1 {
+		return nil, false, false
+	}
+	for k, v := range m.Fields {
+		sv, isStruct := v.GetKind().(*structpb.Value_StructValue)
+		if !isStruct || hasUnknown(v) || sv.StructValue == nil {
+			return nil, false, false
+		}
+		inner, ok := copyStruct(sv.StructValue)
+		if !ok {
+			return nil, false, true
+		}
+		b := &namespaceCell{}
+		b.sv.StructValue = inner
+		b.v.Kind = &b.sv
+		b.s.Fields = map[string]*structpb.Value{k: &b.v}
+		return &b.s, true, true
+	}
+	return nil, false, false
 }
 
-// copyValue copies m, into b's memory if b is not nil.
-func copyValue(m *structpb.Value, b *valueBlock) (*structpb.Value, bool) {
+// namespaceCell is the memory of copyNamespaced's outer Struct.
+type namespaceCell struct {
+	s  structpb.Struct
+	v  structpb.Value
+	sv structpb.Value_StructValue
+}
+
+// valueCell is the memory of one Struct value and its kind, when that is a
+// string or a number.
+type valueCell struct {
+	v   structpb.Value
+	str structpb.Value_StringValue
+	num structpb.Value_NumberValue
+}
+
+// copyValue copies m, into cell's memory if cell is not nil.
+func copyValue(m *structpb.Value, cell *valueCell) (*structpb.Value, bool) {
 	if m == nil || hasUnknown(m) {
 		return nil, false
 	}
 	var c *structpb.Value
-	if b != nil && len(b.vals) > 0 {
-		c, b.vals = &b.vals[0], b.vals[1:]
+	if cell != nil {
+		c = &cell.v
 	} else {
 		c = &structpb.Value{}
 	}
@@ -594,20 +655,16 @@ func copyValue(m *structpb.Value, b *valueBlock) (*structpb.Value, bool) {
 	case *structpb.Value_NullValue:
 		c.Kind = &structpb.Value_NullValue{NullValue: k.NullValue}
 	case *structpb.Value_NumberValue:
-		if b != nil && len(b.nums) > 0 {
-			n := &b.nums[0]
-			b.nums = b.nums[1:]
-			n.NumberValue = k.NumberValue
-			c.Kind = n
+		if cell != nil {
+			cell.num.NumberValue = k.NumberValue
+			c.Kind = &cell.num
 		} else {
 			c.Kind = &structpb.Value_NumberValue{NumberValue: k.NumberValue}
 		}
 	case *structpb.Value_StringValue:
-		if b != nil && len(b.strs) > 0 {
-			sv := &b.strs[0]
-			b.strs = b.strs[1:]
-			sv.StringValue = k.StringValue
-			c.Kind = sv
+		if cell != nil {
+			cell.str.StringValue = k.StringValue
+			c.Kind = &cell.str
 		} else {
 			c.Kind = &structpb.Value_StringValue{StringValue: k.StringValue}
 		}

@@ -23,7 +23,7 @@ type stream struct {
 	clientMaxRecv int
 	serverMaxRecv int
 
-	toServer, toClient *queue
+	toServer, toClient queue
 	// Memory for the copies each direction's sender makes (copy.go).
 	toServerArena, toClientArena arena
 
@@ -35,11 +35,15 @@ type stream struct {
 
 	client clientStream
 	server serverStream
+
+	// The handler the stream's worker runs (serve).
+	handler grpc.StreamHandler
+	impl    any
 }
 
 // serve runs the handler and ends the call with its result.
-func (st *stream) serve(h grpc.StreamHandler, impl any) {
-	err := h(impl, &st.server)
+func (st *stream) serve() {
+	err := st.handler(st.impl, &st.server)
 	end := io.EOF
 	if err != nil {
 		end = handlerStatus(err)
@@ -222,7 +226,8 @@ type queue struct {
 	ready  chan struct{} // capacity 1: "something changed"
 }
 
-func newQueue() *queue { return &queue{ready: make(chan struct{}, 1)} }
+// init readies a queue, in place: a stream's queues are part of it.
+func (q *queue) init() { q.ready = make(chan struct{}, 1) }
 
 func (q *queue) signal() {
 	select {
