@@ -397,7 +397,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	case len(buf) > 0 || body.buffered:
 		req.ContentLength = int64(len(buf))
 		if len(buf) > 0 {
-			req.Body = io.NopCloser(&activityReader{r: bytes.NewReader(buf), idle: s.idle})
+			req.Body = upstreamBufferedBody(buf, s.idle)
 			// GetBody lets the transport replay the body on a connection that
 			// died before it was written.
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
@@ -425,6 +425,26 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		}
 	}
 	return reply(out)
+}
+
+// inMemoryBodyMax is the largest buffered request body handed to the
+// upstream transport as a plain in-memory reader. net/http writes the
+// request head and such a body in one write (one syscall, one TCP
+// segment); for any other reader it flushes the head first, in a write of
+// its own, and the upstream reads twice. A body this small goes out at
+// once, so reading it is no activity worth tracking; a larger one is
+// written as fast as the upstream reads, and each read of it still resets
+// the stream idle timer.
+const inMemoryBodyMax = 64 << 10
+
+// upstreamBufferedBody is the request body of an attempt for a buffered
+// body: see inMemoryBodyMax.
+func upstreamBufferedBody(buf []byte, idle *idleTimer) io.ReadCloser {
+	if len(buf) <= inMemoryBodyMax {
+		idle.touch()
+		return io.NopCloser(bytes.NewReader(buf))
+	}
+	return io.NopCloser(&activityReader{r: bytes.NewReader(buf), idle: idle})
 }
 
 func (a *attempt) discardProc() {
