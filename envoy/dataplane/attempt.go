@@ -117,8 +117,12 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		h.set(hdrAuthority, h.value(rt.hostHeader))
 	}
 
-	ctx, cancel := context.WithCancel(s.upCtx)
-	s.cleanups = append(s.cleanups, cancel)
+	// The upstream context is the request's own (finish cancels it): a
+	// context of its own here would cost another cancelCtx, and its
+	// registration in the parent, on every request. Whatever cancels it
+	// records why first (abort), and upstreamFailure reads that reason
+	// before it looks at the context.
+	ctx, cancel := s.upCtx, s.upCancel
 	if rt.timeout > 0 {
 		t := time.AfterFunc(rt.timeout, func() { s.abort("upstream_request_timeout", cancel) })
 		s.cleanups = append(s.cleanups, func() { t.Stop() })
@@ -414,7 +418,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	rh := headerMap{{hdrStatus, strconv.Itoa(upResp.StatusCode)}}
 	rh.appendHTTPHeader(upResp.Header)
 	rh.stripHopByHop()
-	out := &response{headers: rh, closer: func() { _ = upResp.Body.Close() }, trailer: func() http.Header { return upResp.Trailer }}
+	out := &response{headers: rh, closer: upResp.Body, trailerOf: upResp}
 	if upResp.Body != http.NoBody && upResp.ContentLength != 0 {
 		out.body = &activityReader{r: upResp.Body, idle: s.idle, wait: &s.upstreamWait}
 	}
@@ -583,9 +587,8 @@ func (s *requestState) upstreamResponsePhases(ctx context.Context, p *processor,
 		}
 		// The body is read whole: release the upstream stream, keep the
 		// trailers it delivered, and declare the body's exact length.
-		trailer := out.trailer
 		out.close()
-		out.buf, out.body, out.trailer = b, nil, trailer
+		out.buf, out.body = b, nil
 		out.headers.set("content-length", strconv.Itoa(len(b)))
 	case extprocfilterv3.ProcessingMode_STREAMED:
 		out.body = &upstreamStreamed{ctx: ctx, p: p, src: out.body}

@@ -3,7 +3,7 @@ package dataplane
 import (
 	"net/http"
 	"net/textproto"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,17 +194,45 @@ func canonicalKey(k string) string {
 // appendHTTPHeader appends hdr to h with lower-case keys in a stable
 // (sorted) order, so ext_proc sees the same message for the same request.
 func (h *headerMap) appendHTTPHeader(hdr http.Header) {
-	keys := make([]string, 0, len(hdr))
+	var arr [32]string // the usual request or response has far fewer names
+	keys := arr[:0]
 	for k := range hdr {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	for _, k := range keys {
-		lk := strings.ToLower(k)
+		lk := lowerKey(k)
 		for _, v := range hdr[k] {
 			h.add(lk, v)
 		}
 	}
+}
+
+// lowerKeys maps the canonical names of the headers every request and
+// response carries to their lower-case form, which strings.ToLower would
+// allocate anew for each. It is never written after init.
+var lowerKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control", "Connection",
+		"Content-Encoding", "Content-Length", "Content-Type", "Date", "Etag", "Expect", "Host",
+		"Keep-Alive", "Last-Modified", "Location", "Openai-Organization", "Openai-Processing-Ms",
+		"Openai-Project", "Openai-Version", "Origin", "Referer", "Retry-After", "Server",
+		"Set-Cookie", "Traceparent", "Tracestate", "Transfer-Encoding", "User-Agent", "Vary",
+		"X-Api-Key", "X-Forwarded-For", "X-Forwarded-Proto", "X-Request-Id",
+		"X-Ratelimit-Limit-Requests", "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Requests",
+		"X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens",
+	} {
+		m[k] = strings.ToLower(k)
+	}
+	return m
+}()
+
+func lowerKey(k string) string {
+	if lk, ok := lowerKeys[k]; ok {
+		return lk
+	}
+	return strings.ToLower(k)
 }
 
 // stripHopByHop removes connection-specific headers, and the headers the
