@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
 // Pseudo-header names, as Envoy's header map and ext_proc carry them.
@@ -99,28 +97,6 @@ func (h headerMap) contentLength() int64 {
 		return 0
 	}
 	return n
-}
-
-// proto renders the map for ext_proc: values go in raw_value, as Envoy sends
-// them (the string value field is left empty). The messages and the values
-// are allocated in one block each, not one per header: a request's headers
-// cross ext_proc several times.
-func (h headerMap) proto() *corev3.HeaderMap {
-	n := 0
-	for _, f := range h {
-		n += len(f.value)
-	}
-	vals := make([]corev3.HeaderValue, len(h))
-	raw := make([]byte, 0, n)
-	out := &corev3.HeaderMap{Headers: make([]*corev3.HeaderValue, len(h))}
-	for i, f := range h {
-		start := len(raw)
-		raw = append(raw, f.value...)
-		vals[i].Key = f.key
-		vals[i].RawValue = raw[start:len(raw):len(raw)]
-		out.Headers[i] = &vals[i]
-	}
-	return out
 }
 
 // httpHeader converts the map into an http.Header without pseudo-headers and
