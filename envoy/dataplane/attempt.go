@@ -415,7 +415,9 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	}
 	c.report(ep, upResp.StatusCode, c.clock(), s.log)
 	s.idle.touch() // the response head is activity, as in Envoy
-	rh := headerMap{{hdrStatus, strconv.Itoa(upResp.StatusCode)}}
+	// Room for the upstream's headers and the filters' additions.
+	rh := make(headerMap, 1, 1+len(upResp.Header)+4)
+	rh[0] = headerField{hdrStatus, strconv.Itoa(upResp.StatusCode)}
 	rh.appendHTTPHeader(upResp.Header)
 	rh.stripHopByHop()
 	out := &response{headers: rh, closer: upResp.Body, trailerOf: upResp}
