@@ -1,12 +1,14 @@
 package dataplane
 
 import (
+	"maps"
 	"net/http"
 	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Pseudo-header names, as Envoy's header map and ext_proc carry them.
@@ -136,34 +138,45 @@ func (h headerMap) addTo(out http.Header) {
 // of common headers (x-ratelimit-*, x-request-id and the like), which every
 // response and upstream request carries. It keeps the first
 // maxCanonicalKeys such names and stops growing there: names come from
-// clients and upstreams.
+// clients and upstreams. The map is replaced, never changed, when a name
+// is added, so the lookups (a score per request, from every core) take no
+// lock.
 var canonicalKeys struct {
-	sync.RWMutex
-	m map[string]string
+	mu sync.Mutex // serialises additions
+	m  atomic.Pointer[map[string]string]
 }
 
 const maxCanonicalKeys = 1024
 
 func canonicalKey(k string) string {
-	canonicalKeys.RLock()
-	c, ok := canonicalKeys.m[k]
-	canonicalKeys.RUnlock()
-	if ok {
-		return c
+	if m := canonicalKeys.m.Load(); m != nil {
+		if c, ok := (*m)[k]; ok {
+			return c
+		}
 	}
-	c = textproto.CanonicalMIMEHeaderKey(k)
+	c := textproto.CanonicalMIMEHeaderKey(k)
 	if c == k {
 		return c // already canonical, or not a valid name: no allocation
 	}
-	canonicalKeys.Lock()
-	if canonicalKeys.m == nil {
-		canonicalKeys.m = make(map[string]string)
+	canonicalKeys.mu.Lock()
+	defer canonicalKeys.mu.Unlock()
+	old := canonicalKeys.m.Load()
+	var n int
+	if old != nil {
+		if c, ok := (*old)[k]; ok {
+			return c // added meanwhile
+		}
+		n = len(*old)
 	}
-	if len(canonicalKeys.m) < maxCanonicalKeys {
+	if n < maxCanonicalKeys {
+		next := make(map[string]string, n+1)
+		if old != nil {
+			maps.Copy(next, *old)
+		}
 		// A copy: k may share memory with a much larger buffer.
-		canonicalKeys.m[strings.Clone(k)] = c
+		next[strings.Clone(k)] = c
+		canonicalKeys.m.Store(&next)
 	}
-	canonicalKeys.Unlock()
 	return c
 }
 
