@@ -118,8 +118,12 @@ func (s *requestState) forward(rt *route, body upstreamBody) *response {
 		h.set(hdrAuthority, h.value(rt.hostHeader))
 	}
 
-	ctx, cancel := context.WithCancel(s.upCtx)
-	s.cleanups = append(s.cleanups, cancel)
+	// The upstream context is the request's own (finish cancels it): a
+	// context of its own here would cost another cancelCtx, and its
+	// registration in the parent, on every request. Whatever cancels it
+	// records why first (abort), and upstreamFailure reads that reason
+	// before it looks at the context.
+	ctx, cancel := s.upCtx, s.upCancel
 	if rt.timeout > 0 {
 		t := time.AfterFunc(rt.timeout, func() { s.abort("upstream_request_timeout", cancel) })
 		s.cleanups = append(s.cleanups, func() { t.Stop() })
@@ -401,7 +405,7 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	case len(buf) > 0 || body.buffered:
 		req.ContentLength = int64(len(buf))
 		if len(buf) > 0 {
-			req.Body = io.NopCloser(&activityReader{r: bytes.NewReader(buf), idle: s.idle})
+			req.Body = upstreamBufferedBody(buf, s.idle)
 			// GetBody lets the transport replay the body on a connection that
 			// died before it was written.
 			req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
@@ -415,10 +419,12 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 	}
 	c.report(ep, upResp.StatusCode, c.clock(), s.log)
 	s.idle.touch() // the response head is activity, as in Envoy
-	rh := headerMap{{hdrStatus, strconv.Itoa(upResp.StatusCode)}}
+	// Room for the upstream's headers and the filters' additions.
+	rh := make(headerMap, 1, 1+len(upResp.Header)+4)
+	rh[0] = headerField{hdrStatus, strconv.Itoa(upResp.StatusCode)}
 	rh.appendHTTPHeader(upResp.Header)
 	rh.stripHopByHop()
-	out := &response{headers: rh, closer: func() { _ = upResp.Body.Close() }, trailer: func() http.Header { return upResp.Trailer }}
+	out := &response{headers: rh, closer: upResp.Body, trailerOf: upResp}
 	if upResp.Body != http.NoBody && upResp.ContentLength != 0 {
 		out.body = &activityReader{r: upResp.Body, idle: s.idle, wait: &s.upstreamWait}
 	}
@@ -429,6 +435,26 @@ func (s *requestState) attempt(ctx context.Context, rt *route, c *cluster, ep *e
 		}
 	}
 	return reply(out)
+}
+
+// inMemoryBodyMax is the largest buffered request body handed to the
+// upstream transport as a plain in-memory reader. net/http writes the
+// request head and such a body in one write (one syscall, one TCP
+// segment); for any other reader it flushes the head first, in a write of
+// its own, and the upstream reads twice. A body this small goes out at
+// once, so reading it is no activity worth tracking; a larger one is
+// written as fast as the upstream reads, and each read of it still resets
+// the stream idle timer.
+const inMemoryBodyMax = 64 << 10
+
+// upstreamBufferedBody is the request body of an attempt for a buffered
+// body: see inMemoryBodyMax.
+func upstreamBufferedBody(buf []byte, idle *idleTimer) io.ReadCloser {
+	if len(buf) <= inMemoryBodyMax {
+		idle.touch()
+		return io.NopCloser(bytes.NewReader(buf))
+	}
+	return io.NopCloser(&activityReader{r: bytes.NewReader(buf), idle: idle})
 }
 
 func (a *attempt) discardProc() {
@@ -567,9 +593,8 @@ func (s *requestState) upstreamResponsePhases(ctx context.Context, p *processor,
 		}
 		// The body is read whole: release the upstream stream, keep the
 		// trailers it delivered, and declare the body's exact length.
-		trailer := out.trailer
 		out.close()
-		out.buf, out.body, out.trailer = b, nil, trailer
+		out.buf, out.body = b, nil
 		out.headers.set("content-length", strconv.Itoa(len(b)))
 	case extprocfilterv3.ProcessingMode_STREAMED:
 		out.body = &upstreamStreamed{ctx: ctx, p: p, src: out.body}

@@ -255,6 +255,7 @@ type processor struct {
 	timedOut  atomic.Bool
 	reqChunk  *bodyChunk
 	respChunk *bodyChunk
+	hdrs      *headersMsg
 	reply     *extprocv3.ProcessingResponse
 }
 
@@ -574,28 +575,66 @@ func (p *processor) headersRequest(h headerMap, endOfStream, response bool) *ext
 			}
 		}
 	}
-	b := &headersMessage{}
-	hm.protoInto(&b.headers)
-	b.hh.Headers, b.hh.EndOfStream = &b.headers, endOfStream
-	if response {
-		b.resp.ResponseHeaders = &b.hh
-		b.msg.Request = &b.resp
-	} else {
-		b.req.RequestHeaders = &b.hh
-		b.msg.Request = &b.req
+	if p.hdrs == nil {
+		p.hdrs = new(headersMsg)
+		p.hdrs.req.RequestHeaders = &p.hdrs.hh
+		p.hdrs.resp.ResponseHeaders = &p.hdrs.hh
+		p.hdrs.hh.Headers = &p.hdrs.hm
 	}
-	return &b.msg
+	m := p.hdrs
+	m.fill(hm)
+	m.hh.EndOfStream = endOfStream
+	// A message is used again: what a previous one was given (forwarded
+	// metadata) is not carried over.
+	m.msg.MetadataContext = nil
+	if response {
+		m.msg.Request = &m.resp
+	} else {
+		m.msg.Request = &m.req
+	}
+	return &m.msg
 }
 
-// headersMessage is a headers message and its parts, allocated together
-// (the header values are allocated apart, sized to the map). Never copied:
-// the parts point at each other.
-type headersMessage struct {
-	msg     extprocv3.ProcessingRequest
-	req     extprocv3.ProcessingRequest_RequestHeaders
-	resp    extprocv3.ProcessingRequest_ResponseHeaders
-	hh      extprocv3.HttpHeaders
-	headers corev3.HeaderMap
+// headersMsg is a headers message and its parts, allocated together and
+// reused for each headers message of a processor's stream (the request's,
+// then the response's), like bodyChunk: a sender may reuse a message once
+// Send has returned, and headers messages go out one at a time, from the
+// request's goroutine.
+type headersMsg struct {
+	msg  extprocv3.ProcessingRequest
+	req  extprocv3.ProcessingRequest_RequestHeaders
+	resp extprocv3.ProcessingRequest_ResponseHeaders
+	hh   extprocv3.HttpHeaders
+	hm   corev3.HeaderMap
+	vals []corev3.HeaderValue
+	ptrs []*corev3.HeaderValue
+	raw  []byte
+}
+
+// fill renders h into the message's header map, as headerMap.proto does,
+// in the blocks of the previous message when they are large enough.
+func (m *headersMsg) fill(h headerMap) {
+	n := 0
+	for _, f := range h {
+		n += len(f.value)
+	}
+	if cap(m.vals) < len(h) {
+		m.vals = make([]corev3.HeaderValue, len(h))
+		m.ptrs = make([]*corev3.HeaderValue, len(h))
+	}
+	if cap(m.raw) < n {
+		m.raw = make([]byte, 0, n)
+	}
+	vals, ptrs, raw := m.vals[:len(h)], m.ptrs[:len(h)], m.raw[:0]
+	for i, f := range h {
+		start := len(raw)
+		raw = append(raw, f.value...)
+		vals[i].Key = f.key
+		vals[i].Value = ""
+		vals[i].RawValue = raw[start:len(raw):len(raw)]
+		ptrs[i] = &vals[i]
+	}
+	m.hm.Headers = ptrs
 }
 
 // chunkRequest is bodyRequest for the chunks of a streamed body: one

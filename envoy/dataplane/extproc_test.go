@@ -20,6 +20,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -739,4 +740,38 @@ func perFilterAny(t testing.TB, override *extprocfilterv3.ExtProcPerRoute) map[s
 		return nil
 	}
 	return map[string]*anypb.Any{"envoy.filters.http.ext_proc": mustAny(t, override)}
+}
+
+// TestHeadersMessageReused: a processor refills one headers message for
+// each of its headers messages; each must carry exactly its own headers,
+// kind and end_of_stream, whether it has more or fewer headers (or longer
+// values) than the one before, and nothing a previous one was given.
+func TestHeadersMessageReused(t *testing.T) {
+	p := &processor{f: &extProcFilter{}}
+	for i, tc := range []struct {
+		h             headerMap
+		eos, response bool
+	}{
+		{headerMap{{":method", "POST"}, {":path", "/v1/chat/completions"}, {"authorization", "Bearer sk-a"},
+			{"content-type", "application/json"}, {"x-request-id", "abc"}}, false, false},
+		{headerMap{{":status", "200"}, {"content-type", "text/event-stream; a value longer than any before it"}}, true, true},
+		{headerMap{{":status", "503"}, {"a", "1"}, {"b", "2"}, {"c", "3"}, {"a", "4"}, {"e", ""}, {"f", "6"}}, false, true},
+		{headerMap{{":method", "GET"}}, true, false},
+	} {
+		got := p.headersRequest(tc.h, tc.eos, tc.response)
+		hm := &corev3.HeaderMap{}
+		for _, f := range tc.h {
+			hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: f.key, RawValue: []byte(f.value)})
+		}
+		hh := &extprocv3.HttpHeaders{Headers: hm, EndOfStream: tc.eos}
+		want := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
+		if tc.response {
+			want = &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("message %d = %v, want %v", i, got, want)
+		}
+		// What exchange adds to a message (forwarded metadata) stays with it.
+		got.MetadataContext = newCoreMetadata()
+	}
 }

@@ -225,70 +225,91 @@ func headComplete(h []byte) bool {
 }
 
 // checkHead decides on a complete head: release it and follow its body, or
-// refuse it.
+// refuse it. It reads the head in place: every request's head passes here.
 func (c *framingConn) checkHead() {
 	head := c.head
-	c.head = nil
-	lines := strings.Split(strings.TrimRight(string(head), "\r\n"), "\n")
-	requestLine := strings.TrimSuffix(lines[0], "\r")
-	if requestLine == "" {
+	defer func() {
+		// The head's buffer serves the connection's next head, unless a
+		// large head made it large.
+		if cap(head) <= 4<<10 {
+			c.head = head[:0]
+		} else {
+			c.head = nil
+		}
+	}()
+	rest := bytes.TrimRight(head, "\r\n")
+	requestLine, rest, _ := bytes.Cut(rest, []byte("\n"))
+	requestLine = bytes.TrimSuffix(requestLine, []byte("\r"))
+	if len(requestLine) == 0 {
 		c.pending = append(c.pending, head...)
 		return
 	}
-	method, rest, _ := strings.Cut(requestLine, " ")
-	target, version, _ := strings.Cut(rest, " ")
-	if method == "PRI" && target == "*" && version == "HTTP/2.0" {
+	method, target, _ := bytes.Cut(requestLine, []byte(" "))
+	target, version, _ := bytes.Cut(target, []byte(" "))
+	if string(method) == "PRI" && string(target) == "*" && string(version) == "HTTP/2.0" {
 		// HTTP/2 with prior knowledge: its frames are net/http's to check.
 		c.pending = append(c.pending, head...)
 		c.state = fsPass
 		return
 	}
 	var (
-		contentLength []string
-		te            []string
-		reason        string
+		// The first Content-Length and Transfer-Encoding values, how many
+		// there are, and whether the Content-Length values differ.
+		contentLength, te []byte
+		nCL, nTE          int
+		clDiffer          bool
+		reason            string
 	)
-	for _, l := range lines[1:] {
-		l = strings.TrimSuffix(l, "\r")
-		if l == "" {
+	for len(rest) > 0 {
+		var l []byte
+		l, rest, _ = bytes.Cut(rest, []byte("\n"))
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) == 0 {
 			continue
 		}
 		if l[0] == ' ' || l[0] == '\t' {
 			reason = "The request has a folded header line (obs-fold), which this gateway does not accept."
 			break
 		}
-		name, value, ok := strings.Cut(l, ":")
+		name, value, ok := bytes.Cut(l, []byte(":"))
 		if !ok {
 			continue // net/http refuses it
 		}
-		switch strings.ToLower(name) {
-		case "content-length":
-			contentLength = append(contentLength, strings.TrimSpace(value))
-		case "transfer-encoding":
-			te = append(te, strings.TrimSpace(value))
+		switch {
+		case bytes.EqualFold(name, []byte("content-length")):
+			v := bytes.TrimSpace(value)
+			if nCL == 0 {
+				contentLength = v
+			} else if !bytes.Equal(v, contentLength) {
+				clDiffer = true
+			}
+			nCL++
+		case bytes.EqualFold(name, []byte("transfer-encoding")):
+			if nTE == 0 {
+				te = bytes.TrimSpace(value)
+			}
+			nTE++
 		}
 	}
-	if reason == "" && len(contentLength) > 0 && len(te) > 0 {
+	if reason == "" && nCL > 0 && nTE > 0 {
 		reason = "The request has both Content-Length and Transfer-Encoding."
 	}
 	if reason != "" {
-		c.refuse(reason, method, target)
+		c.refuse(reason, string(method), string(target))
 		return
 	}
 	c.pending = append(c.pending, head...)
 	switch {
-	case len(te) > 0:
-		if len(te) == 1 && strings.EqualFold(te[0], "chunked") {
+	case nTE > 0:
+		if nTE == 1 && bytes.EqualFold(te, []byte("chunked")) {
 			c.state = fsChunkSize
 		} else {
 			c.state = fsPass // net/http answers 501 and closes
 		}
-	case len(contentLength) > 0:
-		n, err := strconv.ParseInt(contentLength[0], 10, 64)
-		for _, v := range contentLength[1:] {
-			if v != contentLength[0] {
-				err = strconv.ErrSyntax
-			}
+	case nCL > 0:
+		n, err := strconv.ParseInt(string(contentLength), 10, 64)
+		if clDiffer {
+			err = strconv.ErrSyntax
 		}
 		switch {
 		case err != nil || n < 0:

@@ -1,14 +1,14 @@
 package dataplane
 
 import (
+	"maps"
 	"net/http"
 	"net/textproto"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"sync/atomic"
 )
 
 // Pseudo-header names, as Envoy's header map and ext_proc carry them.
@@ -101,27 +101,6 @@ func (h headerMap) contentLength() int64 {
 	return n
 }
 
-// protoInto renders the map for ext_proc into out: values go in raw_value, as Envoy sends
-// them (the string value field is left empty). The messages and the values
-// are allocated in one block each, not one per header: a request's headers
-// cross ext_proc several times.
-func (h headerMap) protoInto(out *corev3.HeaderMap) {
-	n := 0
-	for _, f := range h {
-		n += len(f.value)
-	}
-	vals := make([]corev3.HeaderValue, len(h))
-	raw := make([]byte, 0, n)
-	out.Headers = make([]*corev3.HeaderValue, len(h))
-	for i, f := range h {
-		start := len(raw)
-		raw = append(raw, f.value...)
-		vals[i].Key = f.key
-		vals[i].RawValue = raw[start:len(raw):len(raw)]
-		out.Headers[i] = &vals[i]
-	}
-}
-
 // httpHeader converts the map into an http.Header without pseudo-headers and
 // without hop-by-hop headers, which never cross the proxy.
 func (h headerMap) httpHeader() http.Header {
@@ -159,51 +138,90 @@ func (h headerMap) addTo(out http.Header) {
 // of common headers (x-ratelimit-*, x-request-id and the like), which every
 // response and upstream request carries. It keeps the first
 // maxCanonicalKeys such names and stops growing there: names come from
-// clients and upstreams.
+// clients and upstreams. The map is replaced, never changed, when a name
+// is added, so the lookups (a score per request, from every core) take no
+// lock.
 var canonicalKeys struct {
-	sync.RWMutex
-	m map[string]string
+	mu sync.Mutex // serialises additions
+	m  atomic.Pointer[map[string]string]
 }
 
 const maxCanonicalKeys = 1024
 
 func canonicalKey(k string) string {
-	canonicalKeys.RLock()
-	c, ok := canonicalKeys.m[k]
-	canonicalKeys.RUnlock()
-	if ok {
-		return c
+	if m := canonicalKeys.m.Load(); m != nil {
+		if c, ok := (*m)[k]; ok {
+			return c
+		}
 	}
-	c = textproto.CanonicalMIMEHeaderKey(k)
+	c := textproto.CanonicalMIMEHeaderKey(k)
 	if c == k {
 		return c // already canonical, or not a valid name: no allocation
 	}
-	canonicalKeys.Lock()
-	if canonicalKeys.m == nil {
-		canonicalKeys.m = make(map[string]string)
+	canonicalKeys.mu.Lock()
+	defer canonicalKeys.mu.Unlock()
+	old := canonicalKeys.m.Load()
+	var n int
+	if old != nil {
+		if c, ok := (*old)[k]; ok {
+			return c // added meanwhile
+		}
+		n = len(*old)
 	}
-	if len(canonicalKeys.m) < maxCanonicalKeys {
+	if n < maxCanonicalKeys {
+		next := make(map[string]string, n+1)
+		if old != nil {
+			maps.Copy(next, *old)
+		}
 		// A copy: k may share memory with a much larger buffer.
-		canonicalKeys.m[strings.Clone(k)] = c
+		next[strings.Clone(k)] = c
+		canonicalKeys.m.Store(&next)
 	}
-	canonicalKeys.Unlock()
 	return c
 }
 
 // appendHTTPHeader appends hdr to h with lower-case keys in a stable
 // (sorted) order, so ext_proc sees the same message for the same request.
 func (h *headerMap) appendHTTPHeader(hdr http.Header) {
-	keys := make([]string, 0, len(hdr))
+	var arr [32]string // the usual request or response has far fewer names
+	keys := arr[:0]
 	for k := range hdr {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	for _, k := range keys {
-		lk := strings.ToLower(k)
+		lk := lowerKey(k)
 		for _, v := range hdr[k] {
 			h.add(lk, v)
 		}
 	}
+}
+
+// lowerKeys maps the canonical names of the headers every request and
+// response carries to their lower-case form, which strings.ToLower would
+// allocate anew for each. It is never written after init.
+var lowerKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control", "Connection",
+		"Content-Encoding", "Content-Length", "Content-Type", "Date", "Etag", "Expect", "Host",
+		"Keep-Alive", "Last-Modified", "Location", "Openai-Organization", "Openai-Processing-Ms",
+		"Openai-Project", "Openai-Version", "Origin", "Referer", "Retry-After", "Server",
+		"Set-Cookie", "Traceparent", "Tracestate", "Transfer-Encoding", "User-Agent", "Vary",
+		"X-Api-Key", "X-Forwarded-For", "X-Forwarded-Proto", "X-Request-Id",
+		"X-Ratelimit-Limit-Requests", "X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Requests",
+		"X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Requests", "X-Ratelimit-Reset-Tokens",
+	} {
+		m[k] = strings.ToLower(k)
+	}
+	return m
+}()
+
+func lowerKey(k string) string {
+	if lk, ok := lowerKeys[k]; ok {
+		return lk
+	}
+	return strings.ToLower(k)
 }
 
 // stripHopByHop removes connection-specific headers, and the headers the

@@ -130,16 +130,29 @@ func applyHeaderMutation(h *headerMap, m *extprocv3.HeaderMutation, replacing bo
 			return fmt.Errorf("%w: may not remove %s", errMutation, name)
 		}
 	}
+	// The values become strings in one block (a mutation sets several
+	// headers on every request), not one allocation each.
+	var block strings.Builder
+	n := 0
+	for _, sh := range m.GetSetHeaders() {
+		n += len(sh.GetHeader().GetRawValue())
+	}
+	block.Grow(n)
+	for _, sh := range m.GetSetHeaders() {
+		block.Write(sh.GetHeader().GetRawValue())
+	}
+	values := block.String()
 	for _, sh := range m.GetSetHeaders() {
 		hv := sh.GetHeader()
 		if hv == nil {
 			continue
 		}
+		// Envoy reads raw_value only: a value in the string field is lost.
+		value := values[:len(hv.GetRawValue())]
+		values = values[len(value):]
 		if hv.GetValue() != "" && len(hv.GetRawValue()) > 0 {
 			return fmt.Errorf("%w: %s sets both value and raw_value", errMutation, hv.GetKey())
 		}
-		// Envoy reads raw_value only: a value in the string field is lost.
-		value := string(hv.GetRawValue())
 		if value == "" && hv.GetValue() != "" && warn != nil {
 			warn("ext_proc header mutation uses HeaderValue.value; Envoy reads raw_value, so the value is empty", "header", hv.GetKey())
 		}

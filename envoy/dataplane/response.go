@@ -25,8 +25,10 @@ type response struct {
 	headers headerMap // with :status
 	buf     []byte    // the whole body, when known up front
 	body    io.Reader // the streaming body otherwise
-	closer  func()
-	trailer func() http.Header
+	closer  io.Closer // the upstream's body, released by close
+	// trailerOf is the upstream response whose trailers (known once its
+	// body has been read) go downstream after the body; nil: none.
+	trailerOf *http.Response
 }
 
 func (r *response) noBody() bool { return len(r.buf) == 0 && r.body == nil }
@@ -40,14 +42,14 @@ func (r *response) reader() io.Reader {
 
 func (r *response) close() {
 	if r.closer != nil {
-		r.closer()
+		_ = r.closer.Close()
 		r.closer = nil
 	}
 }
 
 func (r *response) replaceBody(b []byte) {
 	r.close()
-	r.buf, r.body, r.trailer = b, nil, nil
+	r.buf, r.body, r.trailerOf = b, nil, nil
 }
 
 // encode runs the response through the ext_proc filter and writes it.
@@ -250,10 +252,10 @@ func (s *requestState) writeChunk(b []byte) bool {
 func (s *requestState) flush() { _ = s.rc.Flush() }
 
 func (s *requestState) writeTrailers(resp *response) {
-	if resp.trailer == nil {
+	if resp.trailerOf == nil {
 		return
 	}
-	for k, vs := range resp.trailer() {
+	for k, vs := range resp.trailerOf.Trailer {
 		s.w.Header()[http.TrailerPrefix+k] = vs
 	}
 }

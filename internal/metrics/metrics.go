@@ -8,6 +8,7 @@ package metrics
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -20,7 +21,7 @@ import (
 type CounterVec struct {
 	name, help string
 	labels     []string
-	m          sync.Map // joined label values -> *atomic.Uint64
+	m          series[atomic.Uint64]
 }
 
 // NewCounterVec returns a counter family; label names are fixed here and
@@ -37,12 +38,7 @@ func (c *CounterVec) Add(n uint64, values ...string) {
 	if c == nil {
 		return
 	}
-	key := strings.Join(values, "\x00")
-	v, ok := c.m.Load(key)
-	if !ok {
-		v, _ = c.m.LoadOrStore(key, new(atomic.Uint64))
-	}
-	v.(*atomic.Uint64).Add(n)
+	c.m.get(values, func() *atomic.Uint64 { return new(atomic.Uint64) }).Add(n)
 }
 
 // Value returns the counter with the given label values.
@@ -50,8 +46,8 @@ func (c *CounterVec) Value(values ...string) uint64 {
 	if c == nil {
 		return 0
 	}
-	if v, ok := c.m.Load(strings.Join(values, "\x00")); ok {
-		return v.(*atomic.Uint64).Load()
+	if v := c.m.lookup(values); v != nil {
+		return v.Load()
 	}
 	return 0
 }
@@ -62,10 +58,9 @@ func (c *CounterVec) WritePrometheus(w io.Writer) error {
 		return nil
 	}
 	var lines []string
-	c.m.Range(func(k, v any) bool {
-		lines = append(lines, c.name+labelSet(c.labels, k.(string), "", "")+" "+strconv.FormatUint(v.(*atomic.Uint64).Load(), 10)+"\n")
-		return true
-	})
+	for k, v := range c.m.all() {
+		lines = append(lines, c.name+labelSet(c.labels, k, "", "")+" "+strconv.FormatUint(v.Load(), 10)+"\n")
+	}
 	return writeFamily(w, c.name, c.help, "counter", lines)
 }
 
@@ -74,7 +69,7 @@ type HistogramVec struct {
 	name, help string
 	labels     []string
 	bounds     []float64 // upper bounds, ascending; +Inf is implicit
-	m          sync.Map  // joined label values -> *histogram
+	m          series[histogram]
 }
 
 type histogram struct {
@@ -94,12 +89,7 @@ func (h *HistogramVec) Observe(v float64, values ...string) {
 	if h == nil {
 		return
 	}
-	key := strings.Join(values, "\x00")
-	x, ok := h.m.Load(key)
-	if !ok {
-		x, _ = h.m.LoadOrStore(key, &histogram{counts: make([]atomic.Uint64, len(h.bounds)+1)})
-	}
-	hist := x.(*histogram)
+	hist := h.m.get(values, func() *histogram { return &histogram{counts: make([]atomic.Uint64, len(h.bounds)+1)} })
 	i, _ := slices.BinarySearch(h.bounds, v) // first bound >= v: buckets are le
 	hist.counts[i].Add(1)
 	hist.count.Add(1)
@@ -113,8 +103,8 @@ func (h *HistogramVec) Observe(v float64, values ...string) {
 
 // Count returns how many values were observed for the label values.
 func (h *HistogramVec) Count(values ...string) uint64 {
-	if x, ok := h.m.Load(strings.Join(values, "\x00")); ok {
-		return x.(*histogram).count.Load()
+	if x := h.m.lookup(values); x != nil {
+		return x.count.Load()
 	}
 	return 0
 }
@@ -126,8 +116,7 @@ func (h *HistogramVec) WritePrometheus(w io.Writer) error {
 		return nil
 	}
 	var lines []string
-	h.m.Range(func(k, x any) bool {
-		hist := x.(*histogram)
+	for k, hist := range h.m.all() {
 		var b strings.Builder
 		var cum uint64
 		for i := range hist.counts {
@@ -136,15 +125,86 @@ func (h *HistogramVec) WritePrometheus(w io.Writer) error {
 			if i < len(h.bounds) {
 				le = strconv.FormatFloat(h.bounds[i], 'g', -1, 64)
 			}
-			b.WriteString(h.name + "_bucket" + labelSet(h.labels, k.(string), "le", le) + " " + strconv.FormatUint(cum, 10) + "\n")
+			b.WriteString(h.name + "_bucket" + labelSet(h.labels, k, "le", le) + " " + strconv.FormatUint(cum, 10) + "\n")
 		}
-		b.WriteString(h.name + "_sum" + labelSet(h.labels, k.(string), "", "") + " " +
+		b.WriteString(h.name + "_sum" + labelSet(h.labels, k, "", "") + " " +
 			strconv.FormatFloat(math.Float64frombits(hist.sum.Load()), 'g', -1, 64) + "\n")
-		b.WriteString(h.name + "_count" + labelSet(h.labels, k.(string), "", "") + " " + strconv.FormatUint(hist.count.Load(), 10) + "\n")
+		b.WriteString(h.name + "_count" + labelSet(h.labels, k, "", "") + " " + strconv.FormatUint(hist.count.Load(), 10) + "\n")
 		lines = append(lines, b.String())
-		return true
-	})
+	}
 	return writeFamily(w, h.name, h.help, "histogram", lines)
+}
+
+// series holds a family's series by their label values joined with NUL.
+// The map is replaced, never changed, when a series is added (rarely: label
+// values are few), so a lookup takes no lock, and the key it looks up is
+// built on the stack: a map index by string(bytes) does not allocate. The
+// data plane records about ten series on every request.
+type series[T any] struct {
+	mu sync.Mutex // serialises additions
+	m  atomic.Pointer[map[string]*T]
+}
+
+// appendKey appends the label values joined with NUL.
+func appendKey(b []byte, values []string) []byte {
+	for i, v := range values {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, v...)
+	}
+	return b
+}
+
+// get returns the series of values, adding the one mk makes if there is none.
+func (s *series[T]) get(values []string, mk func() *T) *T {
+	var arr [128]byte
+	key := appendKey(arr[:0], values)
+	if m := s.m.Load(); m != nil {
+		if v, ok := (*m)[string(key)]; ok {
+			return v
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.m.Load()
+	if old != nil {
+		if v, ok := (*old)[string(key)]; ok {
+			return v
+		}
+	}
+	next := make(map[string]*T, 1+lenOf(old))
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	v := mk()
+	next[string(key)] = v
+	s.m.Store(&next)
+	return v
+}
+
+func lenOf[T any](m *map[string]*T) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
+}
+
+// lookup returns the series of values, nil if there is none.
+func (s *series[T]) lookup(values []string) *T {
+	var arr [128]byte
+	if m := s.m.Load(); m != nil {
+		return (*m)[string(appendKey(arr[:0], values))]
+	}
+	return nil
+}
+
+// all is every series by its joined key.
+func (s *series[T]) all() map[string]*T {
+	if m := s.m.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // labelSet renders {name="value",...}, with an extra label when extraName

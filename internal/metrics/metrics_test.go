@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -172,5 +173,46 @@ func TestWriteProcess(t *testing.T) {
 		if !strings.Contains(b.String(), "\n"+name+" ") && !strings.Contains(b.String(), "\n"+name+"{") {
 			t.Errorf("no %s in\n%s", name, b.String())
 		}
+	}
+}
+
+// TestSeriesAddedConcurrently: series created at the same time from many
+// goroutines (the map of series is replaced on each addition) lose neither
+// a series nor an update, while the families are being written.
+func TestSeriesAddedConcurrently(t *testing.T) {
+	h := NewHistogramVec("h", "H.", []float64{1}, "model", "provider")
+	c := NewCounterVec("c", "C.", "model", "provider")
+	const series, perSeries, goroutines = 50, 20, 8
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range series * perSeries {
+				m := "model-" + strconv.Itoa((i+g)%series)
+				h.Observe(0.5, m, "p")
+				c.Inc(m, "p")
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 20 {
+			var b strings.Builder
+			_ = h.WritePrometheus(&b)
+			_ = c.WritePrometheus(&b)
+		}
+	})
+	wg.Wait()
+	for i := range series {
+		m := "model-" + strconv.Itoa(i)
+		if got := h.Count(m, "p"); got != goroutines*perSeries {
+			t.Errorf("histogram %s count %d, want %d", m, got, goroutines*perSeries)
+		}
+		if got := c.Value(m, "p"); got != goroutines*perSeries {
+			t.Errorf("counter %s = %d, want %d", m, got, goroutines*perSeries)
+		}
+	}
+	var b strings.Builder
+	_ = c.WritePrometheus(&b)
+	if n := strings.Count(b.String(), "\nc{"); n != series {
+		t.Errorf("%d counter lines, want %d:\n%s", n, series, b.String())
 	}
 }
