@@ -44,6 +44,7 @@ type fleet struct {
 	dsn     string
 
 	redis   *ratelimittest.RedisServer
+	rls     *proc
 	rlsAddr string
 	vendors map[string]*vendor // by region
 	// batchSends: see vendor.
@@ -102,13 +103,8 @@ func startFleet(t *testing.T, ejection time.Duration) *fleet {
 	f.control.waitReady(60 * time.Second)
 
 	// envoyproxy/ratelimit's service on Redis, configured by the control
-	// plane over xDS, as a fleet runs it.
-	rlsLis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.rlsAddr = rlsLis.Addr().String()
-	ratelimittest.EnvoyRateLimit(t, rlsLis, f.xdsAddr, f.redis.Sock, nil)
+	// plane over xDS, as a fleet runs it: a process of its own.
+	f.startRLS()
 
 	for i, addr := range gwAddrs {
 		g := &gatewayProcs{addr: addr}

@@ -12,6 +12,7 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -36,6 +37,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(rlsListenEnv) != "" {
+		serveRLSProcess()
+	}
 	testserver.Main(m, map[string]func() error{"pgtest": pgtest.Stop, "s3test": s3test.Stop})
 }
 
@@ -333,11 +337,16 @@ func (s *soak) faults(t *testing.T) []fault {
 		{"region us down", vendorFault("us", modeDown)},
 		{"Postgres restart", func(context.Context, time.Duration) { pgtest.Restart(t) }},
 		{"Redis restart", func(context.Context, time.Duration) { f.redis.Restart(t) }},
+		{"ratelimit SIGKILL+restart", func(context.Context, time.Duration) {
+			f.rls.kill()
+			f.rls.start()
+			f.rls.waitReady(60 * time.Second)
+		}},
 	}
 }
 
 // faultCount is the number of faults in the schedule (faults).
-const faultCount = 9
+const faultCount = 10
 
 // timing is the schedule's quiet gap before each fault and how long a
 // vendor fault holds, for a run of d with n faults.

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand"
 	"net"
 	"os"
 	"os/exec"
@@ -20,16 +19,6 @@ import (
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/envoyproxy/ratelimit/src/provider"
-	"github.com/envoyproxy/ratelimit/src/redis"
-	rlservice "github.com/envoyproxy/ratelimit/src/service"
-	"github.com/envoyproxy/ratelimit/src/settings"
-	"github.com/envoyproxy/ratelimit/src/stats"
-	gostats "github.com/lyft/gostats"
-	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
-
 	"github.com/switchyard-ai/switchyard/internal/testing/testserver"
 	"github.com/switchyard-ai/switchyard/ratelimit"
 )
@@ -39,47 +28,18 @@ import (
 // xDS config provider reading the control plane at xdsAddr. It is assembled
 // as the ratelimit binary's runner assembles it, minus the runner's signal
 // handling and debug HTTP server, and returns once the first configuration
-// has arrived. clock drives the fixed windows (nil: the system clock).
+// has arrived; it stops when the test ends. clock drives the fixed windows
+// (nil: the system clock).
 func EnvoyRateLimit(t testing.TB, lis net.Listener, xdsAddr, redisSock string, clock ratelimit.Clock) {
 	t.Helper()
 	if clock == nil {
 		clock = ratelimit.SystemClock{}
 	}
-	logrus.SetLevel(logrus.WarnLevel)
-
-	s := settings.NewSettings()
-	s.ConfigType = "GRPC_XDS_SOTW"
-	s.ConfigGrpcXdsServerUrl = xdsAddr
-	s.ConfigGrpcXdsNodeId = "test-envoyproxy-ratelimit"
-	s.ConfigGrpcXdsServerConnectRetryInterval = 100 * time.Millisecond
-	s.XdsClientBackoffInitialInterval = 100 * time.Millisecond
-	s.XdsClientBackoffMaxInterval = time.Second
-	sm := stats.NewStatManager(gostats.NewStore(gostats.NewNullSink(), false), s)
-
-	store := gostats.NewStore(gostats.NewNullSink(), false)
-	client := redis.NewClientImpl(store.Scope("redis"), false, "", "unix", "single", redisSock, 4,
-		0, 0, nil, false, nil, 5*time.Second, "", "")
-	t.Cleanup(func() { _ = client.Close() })
-	cache := redis.NewFixedRateLimitCacheImpl(client, nil, clock, rand.New(rand.NewSource(1)), 0, nil, 0.8, "", sm, false)
-
-	prov := provider.NewXdsGrpcSotwProvider(s, sm)
-	t.Cleanup(func() { go prov.Stop() })
-	started := make(chan rlservice.RateLimitServiceServer, 1)
-	go func() {
-		// Without forceStart, NewService waits for the first configuration
-		// from the provider, as the ratelimit binary does.
-		started <- rlservice.NewService(cache, prov, sm, nil, clock, false, false, false)
-	}()
-	var svc rlservice.RateLimitServiceServer
-	select {
-	case svc = <-started:
-	case <-time.After(15 * time.Second):
-		t.Fatal("envoyproxy/ratelimit got no configuration over xDS")
+	stop, err := serveEnvoyRateLimit(lis, xdsAddr, redisSock, clock, 4, "test-envoyproxy-ratelimit")
+	if err != nil {
+		t.Fatal(err)
 	}
-	g := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(g, svc)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
+	t.Cleanup(stop)
 }
 
 var (

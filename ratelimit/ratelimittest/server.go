@@ -77,22 +77,30 @@ func RunRedis() (sock string, stop func(), err error) {
 // system clock. It returns once the first configuration has arrived, with
 // a function that stops it.
 func ServeEnvoyRateLimit(lis net.Listener, xdsAddr, redisSock string) (stop func(), err error) {
+	return serveEnvoyRateLimit(lis, xdsAddr, redisSock, ratelimit.SystemClock{}, 10, "switchyard-envoyproxy-ratelimit")
+}
+
+// serveEnvoyRateLimit assembles envoyproxy/ratelimit's service: settings
+// for CONFIG_TYPE=GRPC_XDS_SOTW, the fixed-window Redis cache on a pool of
+// poolSize connections, and the xDS provider as node nodeID.
+func serveEnvoyRateLimit(lis net.Listener, xdsAddr, redisSock string, clock ratelimit.Clock, poolSize int, nodeID string) (stop func(), err error) {
 	logrus.SetLevel(logrus.WarnLevel)
 	s := settings.NewSettings()
 	s.ConfigType = "GRPC_XDS_SOTW"
 	s.ConfigGrpcXdsServerUrl = xdsAddr
-	s.ConfigGrpcXdsNodeId = "switchyard-envoyproxy-ratelimit"
+	s.ConfigGrpcXdsNodeId = nodeID
 	s.ConfigGrpcXdsServerConnectRetryInterval = 100 * time.Millisecond
 	s.XdsClientBackoffInitialInterval = 100 * time.Millisecond
 	s.XdsClientBackoffMaxInterval = time.Second
 	sm := stats.NewStatManager(gostats.NewStore(gostats.NewNullSink(), false), s)
 	store := gostats.NewStore(gostats.NewNullSink(), false)
-	client := redis.NewClientImpl(store.Scope("redis"), false, "", "unix", "single", redisSock, 10,
+	client := redis.NewClientImpl(store.Scope("redis"), false, "", "unix", "single", redisSock, poolSize,
 		0, 0, nil, false, nil, 5*time.Second, "", "")
-	clock := ratelimit.SystemClock{}
 	cache := redis.NewFixedRateLimitCacheImpl(client, nil, clock, rand.New(rand.NewSource(1)), 0, nil, 0.8, "", sm, false)
 	prov := provider.NewXdsGrpcSotwProvider(s, sm)
 	started := make(chan rlservice.RateLimitServiceServer, 1)
+	// Without forceStart, NewService waits for the first configuration from
+	// the provider, as the ratelimit binary does.
 	go func() { started <- rlservice.NewService(cache, prov, sm, nil, clock, false, false, false) }()
 	var svc rlservice.RateLimitServiceServer
 	select {
