@@ -3,7 +3,15 @@
 // gRPC's own "proto" codec (the format Envoy speaks); only where they are
 // built differs. gRPC's codec allocates a fresh slice for each message under
 // 1 KiB, and nearly every ext_proc and rate limit message is that small: on
-// the hot path every request sends about a dozen of them.
+// the hot path every request sends about a dozen of them, and a streamed
+// response two per relayed chunk.
+//
+// gRPC pools a buffer only when its capacity is above 1 KiB
+// (mem.IsBelowBufferPoolingThreshold); a smaller one is wrapped as a
+// mem.SliceBuffer (an allocation of its own) and never returned. So small
+// messages are marshalled into buffers of smallCap bytes from a pool of the
+// codec's own, which gRPC hands back once the bytes are written: sending a
+// small message then allocates only its one-element mem.BufferSlice.
 //
 // Importing the package registers Codec in place of gRPC's for the whole
 // process, as encoding.RegisterCodecV2 asks (at init). Nothing changes on the
@@ -12,6 +20,7 @@ package protocodec
 
 import (
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc/encoding"
 	// Initialised first, so its registration of the default codec is the one
@@ -39,7 +48,10 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	}
 	// UseCachedSize is safe only right after Size, as in gRPC's codec.
 	size := proto.Size(m)
-	pool := mem.DefaultBufferPool()
+	pool := mem.BufferPool(smallPool)
+	if size > smallCap {
+		pool = mem.DefaultBufferPool()
+	}
 	buf := pool.Get(size)
 	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
 	if err != nil {
@@ -67,3 +79,37 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Name returns Name.
 func (Codec) Name() string { return Name }
+
+// smallCap is the capacity of the buffers small messages are marshalled
+// into: above gRPC's pooling threshold, so mem.NewBuffer pools them, and
+// large enough for every ext_proc and rate limit message of an ordinary
+// request (headers, a chunk of a streamed body, the replies).
+const smallCap = 2 << 10
+
+// smallPool is a mem.BufferPool of smallCap-byte buffers. Unlike gRPC's
+// default pool it does not clear a buffer it hands out: Marshal overwrites
+// the bytes it returns, and nothing reads beyond them.
+var smallPool = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get(length int) *[]byte {
+	if buf, ok := b.p.Get().(*[]byte); ok {
+		*buf = (*buf)[:length]
+		return buf
+	}
+	buf := make([]byte, length, smallCap)
+	return &buf
+}
+
+// Put keeps buffers of smallCap bytes; any other (one Marshal's append
+// would have had to grow, which a correct Size rules out) goes to gRPC's
+// default pool, which takes buffers of any size.
+func (b *bufferPool) Put(buf *[]byte) {
+	if cap(*buf) != smallCap {
+		mem.DefaultBufferPool().Put(buf)
+		return
+	}
+	*buf = (*buf)[:0]
+	b.p.Put(buf)
+}
