@@ -1,0 +1,319 @@
+package protocodec
+
+import (
+	"unicode/utf8"
+	"unsafe"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// unmarshalProcessingRequest reads the ext_proc messages Envoy sends on
+// every request (headers, body chunks, the metadata context) into m with a
+// fixed handful of allocations: proto.Unmarshal allocates each header's
+// HeaderValue, key and value on its own (three per header, about fifty per
+// headers message) and a body message's oneof wrapper, HttpBody and bytes.
+// Here a headers message is its wrapper, HttpHeaders and HeaderMap in one
+// block, the HeaderValues in one, their pointers in one, the keys and
+// values in one string and the raw values in one byte block; a body message
+// its wrapper and HttpBody in one block and its bytes in their own slice
+// (the handlers may edit a body in place; nothing else shares it).
+//
+// The result is what proto.Unmarshal gives (the tests compare both on
+// every shape): every part is the message's own, nothing aliases data. A
+// message outside these shapes (trailers, attributes, unknown fields, a
+// field repeated where the fast path would have to merge, invalid UTF-8)
+// returns false, and the caller unmarshals it with proto.Unmarshal, which
+// also reports any error.
+func unmarshalProcessingRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
+	m.Reset()
+	haveOneof := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && num == 10: // observability_mode
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			m.ObservabilityMode = v != 0
+			continue
+		case typ != protowire.BytesType:
+			return false
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch num {
+		case 2, 3: // request_headers, response_headers
+			if haveOneof {
+				return false
+			}
+			haveOneof = true
+			if num == 2 {
+				blk := &reqHeadersBlock{}
+				blk.w.RequestHeaders = &blk.hh
+				m.Request = &blk.w
+				if !unmarshalHttpHeaders(v, &blk.hh, &blk.hm) {
+					return false
+				}
+			} else {
+				blk := &respHeadersBlock{}
+				blk.w.ResponseHeaders = &blk.hh
+				m.Request = &blk.w
+				if !unmarshalHttpHeaders(v, &blk.hh, &blk.hm) {
+					return false
+				}
+			}
+		case 4, 5: // request_body, response_body
+			if haveOneof {
+				return false
+			}
+			haveOneof = true
+			if num == 4 {
+				blk := &reqBodyBlock{}
+				blk.w.RequestBody = &blk.body
+				m.Request = &blk.w
+				if !unmarshalHttpBody(v, &blk.body) {
+					return false
+				}
+			} else {
+				blk := &respBodyBlock{}
+				blk.w.ResponseBody = &blk.body
+				m.Request = &blk.w
+				if !unmarshalHttpBody(v, &blk.body) {
+					return false
+				}
+			}
+		case 8: // metadata_context: proto's own decoding, merged as proto merges a repeated field
+			if m.MetadataContext == nil {
+				m.MetadataContext = new(corev3.Metadata)
+			}
+			if (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, m.MetadataContext) != nil {
+				return false
+			}
+		case 11: // protocol_config
+			if m.ProtocolConfig == nil {
+				m.ProtocolConfig = new(extprocv3.ProtocolConfiguration)
+			}
+			if (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, m.ProtocolConfig) != nil {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+type reqHeadersBlock struct {
+	w  extprocv3.ProcessingRequest_RequestHeaders
+	hh extprocv3.HttpHeaders
+	hm corev3.HeaderMap
+}
+
+type respHeadersBlock struct {
+	w  extprocv3.ProcessingRequest_ResponseHeaders
+	hh extprocv3.HttpHeaders
+	hm corev3.HeaderMap
+}
+
+type reqBodyBlock struct {
+	w    extprocv3.ProcessingRequest_RequestBody
+	body extprocv3.HttpBody
+}
+
+type respBodyBlock struct {
+	w    extprocv3.ProcessingRequest_ResponseBody
+	body extprocv3.HttpBody
+}
+
+// unmarshalHttpHeaders reads an HttpHeaders (headers, end_of_stream) into
+// hh, its header map into hm.
+func unmarshalHttpHeaders(b []byte, hh *extprocv3.HttpHeaders, hm *corev3.HeaderMap) bool {
+	haveMap := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 3 && typ == protowire.VarintType: // end_of_stream
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			hh.EndOfStream = v != 0
+		case num == 1 && typ == protowire.BytesType && !haveMap: // headers
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			haveMap = true
+			if !unmarshalHeaderMap(v, hm) {
+				return false
+			}
+			hh.Headers = hm
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// unmarshalHeaderMap reads a HeaderMap's headers in two passes: the first
+// checks the shape and sizes the blocks, the second fills them.
+func unmarshalHeaderMap(b []byte, hm *corev3.HeaderMap) bool {
+	count, text, raw := 0, 0, 0
+	for rest := b; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 || num != 1 || typ != protowire.BytesType {
+			return false
+		}
+		rest = rest[n:]
+		v, n := protowire.ConsumeBytes(rest)
+		if n < 0 {
+			return false
+		}
+		rest = rest[n:]
+		count++
+		for len(v) > 0 {
+			num, typ, n := protowire.ConsumeTag(v)
+			if n < 0 || num < 1 || num > 3 || typ != protowire.BytesType {
+				return false
+			}
+			v = v[n:]
+			f, n := protowire.ConsumeBytes(v)
+			if n < 0 {
+				return false
+			}
+			v = v[n:]
+			if num == 3 {
+				raw += len(f)
+				continue
+			}
+			if !utf8.Valid(f) {
+				return false
+			}
+			text += len(f)
+		}
+	}
+	if count == 0 {
+		return true
+	}
+	vals := make([]corev3.HeaderValue, count)
+	ptrs := make([]*corev3.HeaderValue, count)
+	// The keys and values, copied into one block made a string once full
+	// and never written again.
+	textBuf := make([]byte, 0, text)
+	var rawBuf []byte
+	if raw > 0 {
+		rawBuf = make([]byte, 0, raw)
+	}
+	type span struct{ start, end int }
+	i := 0
+	for rest := b; len(rest) > 0; i++ {
+		_, _, n := protowire.ConsumeTag(rest)
+		rest = rest[n:]
+		v, n := protowire.ConsumeBytes(rest)
+		rest = rest[n:]
+		var key, value span
+		hv := &vals[i]
+		for len(v) > 0 {
+			num, _, n := protowire.ConsumeTag(v)
+			v = v[n:]
+			f, n := protowire.ConsumeBytes(v)
+			v = v[n:]
+			switch num {
+			case 1, 2: // key, value: the last one wins, as in proto.Unmarshal
+				s := span{len(textBuf), len(textBuf) + len(f)}
+				textBuf = append(textBuf, f...)
+				if num == 1 {
+					key = s
+				} else {
+					value = s
+				}
+			case 3: // raw_value; capacity capped, so an append copies
+				if len(f) == 0 {
+					hv.RawValue = nil
+					continue
+				}
+				start := len(rawBuf)
+				rawBuf = append(rawBuf, f...)
+				hv.RawValue = rawBuf[start:len(rawBuf):len(rawBuf)]
+			}
+		}
+		// textBuf has the capacity of all the text (the first pass counted
+		// it), so appends never move it and the bytes a string covers are
+		// never written again.
+		vals[i].Key = spanString(textBuf, key.start, key.end)
+		vals[i].Value = spanString(textBuf, value.start, value.end)
+		ptrs[i] = hv
+	}
+	hm.Headers = ptrs
+	return true
+}
+
+// spanString is text[start:end] as a string sharing text's memory: text is
+// filled once by unmarshalHeaderMap and never written again.
+func spanString(text []byte, start, end int) string {
+	if start == end {
+		return ""
+	}
+	return unsafe.String(&text[start], end-start)
+}
+
+// unmarshalHttpBody reads an HttpBody into body; its bytes are copied into
+// a slice of their own.
+func unmarshalHttpBody(b []byte, body *extprocv3.HttpBody) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.BytesType: // body: the last one wins
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			body.Body = nil
+			if len(v) > 0 {
+				body.Body = append([]byte(nil), v...)
+			}
+		case num >= 2 && num <= 5 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			switch num {
+			case 2:
+				body.EndOfStream = v != 0
+			case 3:
+				body.EndOfStreamWithoutMessage = v != 0
+			case 4:
+				body.GrpcMessageCompressed = v != 0
+			case 5:
+				body.DrainComplete = v != 0
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,245 @@
+package protocodec
+
+import (
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func headersMsg(response bool, eos bool, hvs ...*corev3.HeaderValue) *extprocv3.ProcessingRequest {
+	hh := &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: hvs}, EndOfStream: eos}
+	if response {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: hh}}
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: hh}}
+}
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// wireCases are ProcessingRequests as bytes: what Envoy sends on each
+// phase, and shapes the fast path leaves to proto.Unmarshal.
+func wireCases(t testing.TB) []struct {
+	name string
+	wire []byte
+	fast bool // read by unmarshalProcessingRequest
+} {
+	meta, err := structpb.NewStruct(map[string]any{"model": "demo/chat", "tokens": 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withMeta := headersMsg(false, false, &corev3.HeaderValue{Key: ":path", RawValue: []byte("/v1/chat")})
+	withMeta.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"switchyard": meta}}
+	withMeta.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: 1, SendBodyWithoutWaitingForHeaderResponse: true}
+	withMeta.ObservabilityMode = true
+	attrs := headersMsg(false, true)
+	attrs.Attributes = map[string]*structpb.Struct{"envoy.filters.http.ext_proc": meta}
+	trailers := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{
+		RequestTrailers: &extprocv3.HttpTrailers{Trailers: &corev3.HeaderMap{}}}}
+	body := func(response bool, hb *extprocv3.HttpBody) []byte {
+		if response {
+			return mustMarshal(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: hb}})
+		}
+		return mustMarshal(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: hb}})
+	}
+	// Hand-built wire forms proto.Marshal never writes.
+	hv := func(fields ...[2]string) []byte {
+		var b []byte
+		for _, f := range fields {
+			num := protowire.Number(1)
+			switch f[0] {
+			case "value":
+				num = 2
+			case "raw":
+				num = 3
+			}
+			b = protowire.AppendTag(b, num, protowire.BytesType)
+			b = protowire.AppendString(b, f[1])
+		}
+		return b
+	}
+	headersWire := func(num protowire.Number, values ...[]byte) []byte {
+		var hm []byte
+		for _, v := range values {
+			hm = protowire.AppendTag(hm, 1, protowire.BytesType)
+			hm = protowire.AppendBytes(hm, v)
+		}
+		hh := protowire.AppendTag(nil, 1, protowire.BytesType)
+		hh = protowire.AppendBytes(hh, hm)
+		b := protowire.AppendTag(nil, num, protowire.BytesType)
+		return protowire.AppendBytes(b, hh)
+	}
+	// request_headers whose HttpHeaders carries the headers field twice:
+	// proto merges the two maps.
+	hm1 := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), hv([2]string{"key", "a"}))
+	hm2 := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), hv([2]string{"key", "b"}))
+	hh := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), hm1)
+	hh = protowire.AppendBytes(protowire.AppendTag(hh, 1, protowire.BytesType), hm2)
+	twoMaps := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), hh)
+	unknown := protowire.AppendVarint(protowire.AppendTag(mustMarshal(t, headersMsg(false, true)), 99, protowire.VarintType), 1)
+	return []struct {
+		name string
+		wire []byte
+		fast bool
+	}{
+		{"request headers", mustMarshal(t, headersMsg(false, false,
+			&corev3.HeaderValue{Key: ":method", RawValue: []byte("POST")},
+			&corev3.HeaderValue{Key: ":path", RawValue: []byte("/v1/chat/completions")},
+			&corev3.HeaderValue{Key: "authorization", RawValue: []byte("Bearer sk-test")},
+			&corev3.HeaderValue{Key: "x-empty"},
+			&corev3.HeaderValue{Key: "x-value", Value: "text"},
+			&corev3.HeaderValue{Key: "x-both", Value: "v", RawValue: []byte("r")})), true},
+		{"response headers, end of stream", mustMarshal(t, headersMsg(true, true,
+			&corev3.HeaderValue{Key: ":status", RawValue: []byte("200")})), true},
+		{"headers, empty map", mustMarshal(t, headersMsg(false, true)), true},
+		{"headers, no map", mustMarshal(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+			RequestHeaders: &extprocv3.HttpHeaders{EndOfStream: true}}}), true},
+		{"headers with metadata, protocol config, observability", mustMarshal(t, withMeta), true},
+		{"request body", body(false, &extprocv3.HttpBody{Body: []byte(`{"model":"x"}`), EndOfStream: true}), true},
+		{"response body chunk", body(true, &extprocv3.HttpBody{Body: []byte("data: {}\n\n")}), true},
+		{"response body, every flag", body(true, &extprocv3.HttpBody{Body: []byte("x"), EndOfStream: true,
+			EndOfStreamWithoutMessage: true, GrpcMessageCompressed: true, DrainComplete: true}), true},
+		{"empty body", body(true, &extprocv3.HttpBody{EndOfStream: true}), true},
+		{"empty message", nil, true},
+		{"a header's key twice: the last wins", headersWire(2, hv([2]string{"key", "a"}, [2]string{"value", "1"}, [2]string{"key", "b"}, [2]string{"raw", "r1"}, [2]string{"raw", ""})), true},
+		{"attributes", mustMarshal(t, attrs), false},
+		{"trailers", mustMarshal(t, trailers), false},
+		{"unknown field", unknown, false},
+		{"header map twice", twoMaps, false},
+		{"invalid UTF-8 key", headersWire(2, hv([2]string{"key", "\xff"})), false},
+		{"invalid UTF-8 value", headersWire(3, hv([2]string{"value", "a\xc0"})), false},
+		{"truncated", mustMarshal(t, headersMsg(false, false, &corev3.HeaderValue{Key: "k", RawValue: []byte("v")}))[:9], false},
+	}
+}
+
+// TestProcessingRequestMatchesProto: the codec reads every ProcessingRequest
+// as proto.Unmarshal does (same message, or an error for both), through
+// the fast path where it applies, and into a message used before.
+func TestProcessingRequestMatchesProto(t *testing.T) {
+	var c Codec
+	reused := &extprocv3.ProcessingRequest{}
+	for _, tc := range wireCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			want := &extprocv3.ProcessingRequest{}
+			wantErr := proto.Unmarshal(tc.wire, want)
+			if fast := unmarshalProcessingRequest(tc.wire, &extprocv3.ProcessingRequest{}); fast != tc.fast {
+				t.Errorf("fast path taken: %v, want %v", fast, tc.fast)
+			}
+			for _, into := range []*extprocv3.ProcessingRequest{{}, reused} {
+				err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), tc.wire...))}, into)
+				if (err != nil) != (wantErr != nil) {
+					t.Fatalf("error %v, proto.Unmarshal's %v", err, wantErr)
+				}
+				if err == nil && !proto.Equal(into, want) {
+					t.Fatalf("got %v\nwant %v", into, want)
+				}
+			}
+		})
+	}
+}
+
+// TestProcessingRequestOwnsItsParts: nothing read aliases the wire bytes,
+// and a header's raw value cannot grow into its neighbour's.
+func TestProcessingRequestOwnsItsParts(t *testing.T) {
+	wire := mustMarshal(t, headersMsg(false, false,
+		&corev3.HeaderValue{Key: "a", RawValue: []byte("one")},
+		&corev3.HeaderValue{Key: "b", RawValue: []byte("two")}))
+	m := &extprocv3.ProcessingRequest{}
+	if !unmarshalProcessingRequest(wire, m) {
+		t.Fatal("fast path not taken")
+	}
+	clear(wire)
+	hs := m.GetRequestHeaders().GetHeaders().GetHeaders()
+	if hs[0].Key != "a" || string(hs[0].RawValue) != "one" || hs[1].Key != "b" || string(hs[1].RawValue) != "two" {
+		t.Fatalf("headers changed with the wire bytes: %v", hs)
+	}
+	_ = append(hs[0].RawValue, 'X')
+	if string(hs[1].RawValue) != "two" {
+		t.Fatalf("an append to one raw value wrote into the next: %q", hs[1].RawValue)
+	}
+	body := mustMarshal(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		RequestBody: &extprocv3.HttpBody{Body: []byte("body")}}})
+	if !unmarshalProcessingRequest(body, m) {
+		t.Fatal("fast path not taken")
+	}
+	clear(body)
+	if got := string(m.GetRequestBody().GetBody()); got != "body" {
+		t.Fatalf("body changed with the wire bytes: %q", got)
+	}
+}
+
+// TestProcessingRequestAllocations: a headers message costs a fixed five
+// allocations whatever its number of headers, a body message two.
+func TestProcessingRequestAllocations(t *testing.T) {
+	var hvs []*corev3.HeaderValue
+	for _, k := range []string{":method", ":path", ":authority", ":scheme", "content-type", "authorization",
+		"user-agent", "accept", "x-request-id", "content-length", "x-forwarded-proto", "accept-encoding"} {
+		hvs = append(hvs, &corev3.HeaderValue{Key: k, RawValue: []byte("value of " + k)})
+	}
+	for _, tc := range []struct {
+		name string
+		wire []byte
+		max  float64
+	}{
+		{"headers", mustMarshal(t, headersMsg(false, false, hvs...)), 5},
+		{"body chunk", mustMarshal(t, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {}\n\n")}}}), 2},
+	} {
+		m := &extprocv3.ProcessingRequest{}
+		got := testing.AllocsPerRun(100, func() {
+			if !unmarshalProcessingRequest(tc.wire, m) {
+				t.Fatal("fast path not taken")
+			}
+		})
+		if got > tc.max {
+			t.Errorf("%s: %v allocations, want at most %v", tc.name, got, tc.max)
+		}
+	}
+}
+
+func BenchmarkUnmarshalProcessingRequest(b *testing.B) {
+	var hvs []*corev3.HeaderValue
+	for _, k := range []string{":method", ":path", ":authority", ":scheme", "content-type", "authorization",
+		"user-agent", "accept", "x-request-id", "content-length", "x-forwarded-proto", "accept-encoding"} {
+		hvs = append(hvs, &corev3.HeaderValue{Key: k, RawValue: []byte("value of " + k)})
+	}
+	for _, tc := range []struct {
+		name string
+		m    proto.Message
+	}{
+		{"headers", headersMsg(false, false, hvs...)},
+		{"body_chunk", &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+			ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {}\n\n")}}}},
+	} {
+		wire := mustMarshal(b, tc.m)
+		var c Codec
+		b.Run(tc.name, func(b *testing.B) {
+			m := &extprocv3.ProcessingRequest{}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/proto", func(b *testing.B) {
+			m := &extprocv3.ProcessingRequest{}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := proto.Unmarshal(wire, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
