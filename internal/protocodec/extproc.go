@@ -5,9 +5,12 @@ import (
 	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // unmarshalProcessingRequest reads the ext_proc messages Envoy sends on
@@ -316,4 +319,372 @@ func unmarshalHttpBody(b []byte, body *extprocv3.HttpBody) bool {
 		}
 	}
 	return true
+}
+
+// unmarshalProcessingResponse reads the replies of the ordinary phases
+// (a headers or body response whose common response carries a status, a
+// header mutation and a body mutation, with dynamic metadata, a mode
+// override or a message timeout override beside it) into m with a fixed
+// handful of allocations, where proto.Unmarshal allocates every part on its
+// own: the wrapper, response, common response and mutations in one block,
+// the set headers' options, values and pointers in a block each, their
+// text in one string and raw values in one byte block. What
+// unmarshalProcessingRequest says of the result and its fallback holds
+// here too (immediate responses, trailers, typed metadata, the deprecated
+// append BoolValue and unknown fields go to proto.Unmarshal).
+func unmarshalProcessingResponse(b []byte, m *extprocv3.ProcessingResponse) bool {
+	m.Reset()
+	haveOneof := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.BytesType {
+			return false
+		}
+		b = b[n:]
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		var sub proto.Message
+		switch num {
+		case 1, 2, 3, 4: // request_headers, response_headers, request_body, response_body
+			if haveOneof {
+				return false
+			}
+			haveOneof = true
+			blk := &replyBlock{}
+			var r *extprocv3.CommonResponse
+			switch num {
+			case 1:
+				blk.reqHeaders.RequestHeaders, m.Response = &blk.headers, &blk.reqHeaders
+				r = unmarshalCommonHolder(v, blk, &blk.headers.Response)
+			case 2:
+				blk.respHeaders.ResponseHeaders, m.Response = &blk.headers, &blk.respHeaders
+				r = unmarshalCommonHolder(v, blk, &blk.headers.Response)
+			case 3:
+				blk.reqBody.RequestBody, m.Response = &blk.body, &blk.reqBody
+				r = unmarshalCommonHolder(v, blk, &blk.body.Response)
+			case 4:
+				blk.respBody.ResponseBody, m.Response = &blk.body, &blk.respBody
+				r = unmarshalCommonHolder(v, blk, &blk.body.Response)
+			}
+			if r == nil {
+				return false
+			}
+			continue
+		case 8: // dynamic_metadata
+			if m.DynamicMetadata == nil {
+				m.DynamicMetadata = new(structpb.Struct)
+			}
+			sub = m.DynamicMetadata
+		case 9: // mode_override
+			if m.ModeOverride == nil {
+				m.ModeOverride = new(extprocfilterv3.ProcessingMode)
+			}
+			sub = m.ModeOverride
+		case 10: // override_message_timeout
+			if m.OverrideMessageTimeout == nil {
+				m.OverrideMessageTimeout = new(durationpb.Duration)
+			}
+			sub = m.OverrideMessageTimeout
+		default:
+			return false
+		}
+		// proto's own decoding, merged as proto merges a repeated field.
+		if (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, sub) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// replyBlock holds a reply's parts: one of the four wrappers and one of
+// the two responses is used.
+type replyBlock struct {
+	reqHeaders  extprocv3.ProcessingResponse_RequestHeaders
+	respHeaders extprocv3.ProcessingResponse_ResponseHeaders
+	reqBody     extprocv3.ProcessingResponse_RequestBody
+	respBody    extprocv3.ProcessingResponse_ResponseBody
+	headers     extprocv3.HeadersResponse
+	body        extprocv3.BodyResponse
+	common      extprocv3.CommonResponse
+	hm          extprocv3.HeaderMutation
+	bm          extprocv3.BodyMutation
+	mutBody     extprocv3.BodyMutation_Body
+	mutClear    extprocv3.BodyMutation_ClearBody
+}
+
+// unmarshalCommonHolder reads a HeadersResponse or BodyResponse (both
+// only a CommonResponse, field 1) and sets *dst to the common response in
+// blk; nil when the message is outside the fast path's shapes. An empty
+// holder gets a nil CommonResponse, as from proto.Unmarshal, and a
+// non-nil result.
+func unmarshalCommonHolder(b []byte, blk *replyBlock, dst **extprocv3.CommonResponse) *extprocv3.CommonResponse {
+	seen := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num != 1 || typ != protowire.BytesType || seen {
+			return nil
+		}
+		b = b[n:]
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		seen = true
+		if !unmarshalCommonResponse(v, blk) {
+			return nil
+		}
+		*dst = &blk.common
+	}
+	return &blk.common
+}
+
+func unmarshalCommonResponse(b []byte, blk *replyBlock) bool {
+	cr := &blk.common
+	haveHM, haveBM := false, false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		if typ == protowire.VarintType && (num == 1 || num == 5) {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			if num == 1 {
+				cr.Status = extprocv3.CommonResponse_ResponseStatus(int32(v))
+			} else {
+				cr.ClearRouteCache = v != 0
+			}
+			continue
+		}
+		if typ != protowire.BytesType {
+			return false
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 2 && !haveHM:
+			haveHM = true
+			if !unmarshalHeaderMutation(v, &blk.hm) {
+				return false
+			}
+			cr.HeaderMutation = &blk.hm
+		case num == 3 && !haveBM:
+			haveBM = true
+			if !unmarshalBodyMutation(v, blk) {
+				return false
+			}
+			cr.BodyMutation = &blk.bm
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func unmarshalBodyMutation(b []byte, blk *replyBlock) bool {
+	haveOneof := false
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || haveOneof {
+			return false
+		}
+		b = b[n:]
+		haveOneof = true
+		switch {
+		case num == 1 && typ == protowire.BytesType: // body
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			// Never nil, as proto's oneof bytes: an empty body replaces the
+			// body with nothing.
+			blk.mutBody.Body = append(make([]byte, 0, len(v)), v...)
+			blk.bm.Mutation = &blk.mutBody
+		case num == 2 && typ == protowire.VarintType: // clear_body
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+			blk.mutClear.ClearBody = v != 0
+			blk.bm.Mutation = &blk.mutClear
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// unmarshalHeaderMutation reads set_headers and remove_headers in two
+// passes, as unmarshalHeaderMap.
+func unmarshalHeaderMutation(b []byte, hm *extprocv3.HeaderMutation) bool {
+	sets, removes, text, raw := 0, 0, 0, 0
+	for rest := b; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 || (num != 1 && num != 2) || typ != protowire.BytesType {
+			return false
+		}
+		rest = rest[n:]
+		v, n := protowire.ConsumeBytes(rest)
+		if n < 0 {
+			return false
+		}
+		rest = rest[n:]
+		if num == 2 {
+			if !utf8.Valid(v) {
+				return false
+			}
+			removes++
+			text += len(v)
+			continue
+		}
+		sets++
+		haveHeader := false
+		for len(v) > 0 {
+			num, typ, n := protowire.ConsumeTag(v)
+			if n < 0 {
+				return false
+			}
+			v = v[n:]
+			if typ == protowire.VarintType && (num == 3 || num == 4) {
+				if _, n = protowire.ConsumeVarint(v); n < 0 {
+					return false
+				}
+				v = v[n:]
+				continue
+			}
+			if num != 1 || typ != protowire.BytesType || haveHeader {
+				return false
+			}
+			haveHeader = true
+			h, n := protowire.ConsumeBytes(v)
+			if n < 0 {
+				return false
+			}
+			v = v[n:]
+			t, r, ok := headerValueSizes(h)
+			if !ok {
+				return false
+			}
+			text, raw = text+t, raw+r
+		}
+	}
+	textBuf := make([]byte, 0, text)
+	var rawBuf []byte
+	if raw > 0 {
+		rawBuf = make([]byte, 0, raw)
+	}
+	var opts []corev3.HeaderValueOption
+	var vals []corev3.HeaderValue
+	if sets > 0 {
+		opts = make([]corev3.HeaderValueOption, sets)
+		vals = make([]corev3.HeaderValue, sets)
+		hm.SetHeaders = make([]*corev3.HeaderValueOption, sets)
+	}
+	if removes > 0 {
+		hm.RemoveHeaders = make([]string, 0, removes)
+	}
+	i := 0
+	for rest := b; len(rest) > 0; {
+		num, _, n := protowire.ConsumeTag(rest)
+		rest = rest[n:]
+		v, n := protowire.ConsumeBytes(rest)
+		rest = rest[n:]
+		if num == 2 {
+			start := len(textBuf)
+			textBuf = append(textBuf, v...)
+			hm.RemoveHeaders = append(hm.RemoveHeaders, spanString(textBuf, start, len(textBuf)))
+			continue
+		}
+		o := &opts[i]
+		for len(v) > 0 {
+			num, typ, n := protowire.ConsumeTag(v)
+			v = v[n:]
+			if typ == protowire.VarintType {
+				x, n := protowire.ConsumeVarint(v)
+				v = v[n:]
+				if num == 3 {
+					o.AppendAction = corev3.HeaderValueOption_HeaderAppendAction(int32(x))
+				} else {
+					o.KeepEmptyValue = x != 0
+				}
+				continue
+			}
+			h, n := protowire.ConsumeBytes(v)
+			v = v[n:]
+			textBuf, rawBuf = fillHeaderValue(h, &vals[i], textBuf, rawBuf)
+			o.Header = &vals[i]
+		}
+		hm.SetHeaders[i] = o
+		i++
+	}
+	return true
+}
+
+// headerValueSizes checks a HeaderValue's shape (key, value, raw_value;
+// valid UTF-8) and returns the bytes of its text and of its raw values.
+func headerValueSizes(v []byte) (text, raw int, ok bool) {
+	for len(v) > 0 {
+		num, typ, n := protowire.ConsumeTag(v)
+		if n < 0 || num < 1 || num > 3 || typ != protowire.BytesType {
+			return 0, 0, false
+		}
+		v = v[n:]
+		f, n := protowire.ConsumeBytes(v)
+		if n < 0 {
+			return 0, 0, false
+		}
+		v = v[n:]
+		if num == 3 {
+			raw += len(f)
+			continue
+		}
+		if !utf8.Valid(f) {
+			return 0, 0, false
+		}
+		text += len(f)
+	}
+	return text, raw, true
+}
+
+// fillHeaderValue reads a HeaderValue checked by headerValueSizes into hv,
+// its text appended to textBuf and its raw value to rawBuf (both sized by
+// headerValueSizes, so neither moves).
+func fillHeaderValue(v []byte, hv *corev3.HeaderValue, textBuf, rawBuf []byte) ([]byte, []byte) {
+	for len(v) > 0 {
+		num, _, n := protowire.ConsumeTag(v)
+		v = v[n:]
+		f, n := protowire.ConsumeBytes(v)
+		v = v[n:]
+		switch num {
+		case 1, 2: // the last one wins, as in proto.Unmarshal
+			start := len(textBuf)
+			textBuf = append(textBuf, f...)
+			if num == 1 {
+				hv.Key = spanString(textBuf, start, len(textBuf))
+			} else {
+				hv.Value = spanString(textBuf, start, len(textBuf))
+			}
+		case 3: // capacity capped, so an append copies
+			hv.RawValue = nil
+			if len(f) > 0 {
+				start := len(rawBuf)
+				rawBuf = append(rawBuf, f...)
+				hv.RawValue = rawBuf[start:len(rawBuf):len(rawBuf)]
+			}
+		}
+	}
+	return textBuf, rawBuf
 }

@@ -2,13 +2,17 @@ package protocodec
 
 import (
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 func headersMsg(response bool, eos bool, hvs ...*corev3.HeaderValue) *extprocv3.ProcessingRequest {
@@ -241,5 +245,140 @@ func BenchmarkUnmarshalProcessingRequest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestProcessingResponseMatchesProto: as TestProcessingRequestMatchesProto,
+// for the replies the data plane receives.
+func TestProcessingResponseMatchesProto(t *testing.T) {
+	meta, err := structpb.NewStruct(map[string]any{"prompt_tokens": 20, "model": "demo/chat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(k, v string, action corev3.HeaderValueOption_HeaderAppendAction) *corev3.HeaderValueOption {
+		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}, AppendAction: action}
+	}
+	common := &extprocv3.CommonResponse{
+		Status:          extprocv3.CommonResponse_CONTINUE_AND_REPLACE,
+		ClearRouteCache: true,
+		HeaderMutation: &extprocv3.HeaderMutation{
+			SetHeaders: []*corev3.HeaderValueOption{
+				set(":path", "/v1/chat/completions", corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD),
+				set("x-ratelimit-limit-requests", "60", 0),
+				{Header: &corev3.HeaderValue{Key: "x-value", Value: "text"}, KeepEmptyValue: true},
+				{Header: &corev3.HeaderValue{Key: "x-empty"}},
+				{AppendAction: corev3.HeaderValueOption_ADD_IF_ABSENT},
+			},
+			RemoveHeaders: []string{"x-switchyard-model", "authorization"},
+		},
+		BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte(`{"model":"demo/chat"}`)}},
+	}
+	cases := []struct {
+		name string
+		m    *extprocv3.ProcessingResponse
+		fast bool
+	}{
+		{"request headers, everything", &extprocv3.ProcessingResponse{
+			Response:               &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: common}},
+			DynamicMetadata:        meta,
+			ModeOverride:           &extprocfilterv3.ProcessingMode{ResponseHeaderMode: extprocfilterv3.ProcessingMode_SKIP, ResponseBodyMode: extprocfilterv3.ProcessingMode_BUFFERED},
+			OverrideMessageTimeout: durationpb.New(1500 * time.Millisecond)}, true},
+		{"response headers, empty", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}, true},
+		{"request body, empty common", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}}}, true},
+		{"response body chunk, body mutation", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+				BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte("data: {}\n\n")}}}}}}, true},
+		{"response body, empty body mutation", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+				BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte{}}}}}}}, true},
+		{"response body, clear body", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+				BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_ClearBody{ClearBody: true}}}}}}, true},
+		{"metadata alone", &extprocv3.ProcessingResponse{DynamicMetadata: meta}, true},
+		{"empty", &extprocv3.ProcessingResponse{}, true},
+		{"immediate response", &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+			ImmediateResponse: &extprocv3.ImmediateResponse{Body: []byte("no")}}}, false},
+		{"trailers in the common response", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+				Trailers: &corev3.HeaderMap{}}}}}, false},
+		{"deprecated append", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+					Header: &corev3.HeaderValue{Key: "k"}, Append: wrapperspb.Bool(true)}}}}}}}, false},
+		{"request drain", &extprocv3.ProcessingResponse{RequestDrain: true}, false},
+	}
+	type wireCase struct {
+		name string
+		wire []byte
+		fast bool
+	}
+	var wires []wireCase
+	for _, tc := range cases {
+		wires = append(wires, wireCase{tc.name, mustMarshal(t, tc.m), tc.fast})
+	}
+	bad := func(hv []byte) []byte { // response_headers setting one header hv
+		o := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), hv)
+		hm := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), o)
+		cr := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), hm)
+		hr := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), cr)
+		return protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), hr)
+	}
+	key := func(s string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), s)
+	}
+	wires = append(wires,
+		wireCase{"invalid UTF-8 header key", bad(key("\xff")), false},
+		wireCase{"a header's key twice", bad(append(key("a"), key("b")...)), true},
+		wireCase{"invalid UTF-8 removed header", func() []byte {
+			hm := protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), "\xc0")
+			cr := protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), hm)
+			hr := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), cr)
+			return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), hr)
+		}(), false},
+		wireCase{"unknown field", protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1), false},
+		wireCase{"truncated", mustMarshal(t, cases[0].m)[:20], false},
+	)
+	var c Codec
+	reused := &extprocv3.ProcessingResponse{}
+	for _, tc := range wires {
+		t.Run(tc.name, func(t *testing.T) {
+			want := &extprocv3.ProcessingResponse{}
+			wantErr := proto.Unmarshal(tc.wire, want)
+			if fast := unmarshalProcessingResponse(tc.wire, &extprocv3.ProcessingResponse{}); fast != tc.fast {
+				t.Errorf("fast path taken: %v, want %v", fast, tc.fast)
+			}
+			for _, into := range []*extprocv3.ProcessingResponse{{}, reused} {
+				err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), tc.wire...))}, into)
+				if (err != nil) != (wantErr != nil) {
+					t.Fatalf("error %v, proto.Unmarshal's %v", err, wantErr)
+				}
+				if err == nil && !proto.Equal(into, want) {
+					t.Fatalf("got %v\nwant %v", into, want)
+				}
+			}
+		})
+	}
+	// An empty body mutation stays a body mutation that empties the body.
+	m := &extprocv3.ProcessingResponse{}
+	if !unmarshalProcessingResponse(wires[4].wire, m) || m.GetResponseBody().GetResponse().GetBodyMutation().GetBody() == nil {
+		t.Error("empty body mutation read as nil")
+	}
+}
+
+// TestProcessingResponseAllocations: a streamed chunk's reply with a body
+// mutation costs two allocations (proto.Unmarshal: six).
+func TestProcessingResponseAllocations(t *testing.T) {
+	wire := mustMarshal(t, &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte("data: {}\n\n")}}}}}})
+	m := &extprocv3.ProcessingResponse{}
+	if got := testing.AllocsPerRun(100, func() {
+		if !unmarshalProcessingResponse(wire, m) {
+			t.Fatal("fast path not taken")
+		}
+	}); got > 2 {
+		t.Errorf("%v allocations, want at most 2", got)
 	}
 }

@@ -75,8 +75,15 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	if r, ok := m.(*extprocv3.ProcessingRequest); ok && unmarshalProcessingRequest(buf.ReadOnlyData(), r) {
-		return nil
+	switch r := m.(type) {
+	case *extprocv3.ProcessingRequest:
+		if unmarshalProcessingRequest(buf.ReadOnlyData(), r) {
+			return nil
+		}
+	case *extprocv3.ProcessingResponse:
+		if unmarshalProcessingResponse(buf.ReadOnlyData(), r) {
+			return nil
+		}
 	}
 	if err := proto.Unmarshal(buf.ReadOnlyData(), m); err != nil {
 		return fmt.Errorf("protocodec: unmarshal %T: %w", v, err)
