@@ -1,6 +1,7 @@
 package protocodec
 
 import (
+	"math"
 	"unicode/utf8"
 	"unsafe"
 
@@ -97,13 +98,15 @@ func unmarshalProcessingRequest(b []byte, m *extprocv3.ProcessingRequest) bool {
 					return false
 				}
 			}
-		case 8: // metadata_context: proto's own decoding, merged as proto merges a repeated field
-			if m.MetadataContext == nil {
-				m.MetadataContext = new(corev3.Metadata)
-			}
-			if (proto.UnmarshalOptions{Merge: true}).Unmarshal(v, m.MetadataContext) != nil {
+		case 8: // metadata_context (twice would need proto's merge)
+			if m.MetadataContext != nil {
 				return false
 			}
+			md, ok := unmarshalMetadata(v)
+			if !ok {
+				return false
+			}
+			m.MetadataContext = md
 		case 11: // protocol_config
 			if m.ProtocolConfig == nil {
 				m.ProtocolConfig = new(extprocv3.ProtocolConfiguration)
@@ -373,11 +376,16 @@ func unmarshalProcessingResponse(b []byte, m *extprocv3.ProcessingResponse) bool
 				return false
 			}
 			continue
-		case 8: // dynamic_metadata
-			if m.DynamicMetadata == nil {
-				m.DynamicMetadata = new(structpb.Struct)
+		case 8: // dynamic_metadata (twice would need proto's merge)
+			if m.DynamicMetadata != nil {
+				return false
 			}
-			sub = m.DynamicMetadata
+			s, ok := unmarshalStruct(v)
+			if !ok {
+				return false
+			}
+			m.DynamicMetadata = s
+			continue
 		case 9: // mode_override
 			if m.ModeOverride == nil {
 				m.ModeOverride = new(extprocfilterv3.ProcessingMode)
@@ -687,4 +695,306 @@ func fillHeaderValue(v []byte, hv *corev3.HeaderValue, textBuf, rawBuf []byte) (
 		}
 	}
 	return textBuf, rawBuf
+}
+
+// unmarshalMetadata reads a Metadata whose filter_metadata Structs are
+// read by unmarshalStruct; false for typed_filter_metadata or anything
+// else outside that shape.
+func unmarshalMetadata(b []byte) (*corev3.Metadata, bool) {
+	md := &corev3.Metadata{}
+	n := 0
+	for rest := b; len(rest) > 0; n++ {
+		num, typ, l := protowire.ConsumeTag(rest)
+		if l < 0 || num != 1 || typ != protowire.BytesType {
+			return nil, false
+		}
+		rest = rest[l:]
+		if l = protowire.ConsumeFieldValue(num, typ, rest); l < 0 {
+			return nil, false
+		}
+		rest = rest[l:]
+	}
+	if n == 0 {
+		return md, true
+	}
+	md.FilterMetadata = make(map[string]*structpb.Struct, n)
+	for len(b) > 0 {
+		_, _, l := protowire.ConsumeTag(b)
+		b = b[l:]
+		entry, l := protowire.ConsumeBytes(b)
+		b = b[l:]
+		var key string
+		var s *structpb.Struct
+		haveKey, haveValue := false, false
+		for len(entry) > 0 {
+			num, typ, l := protowire.ConsumeTag(entry)
+			if l < 0 || typ != protowire.BytesType {
+				return nil, false
+			}
+			entry = entry[l:]
+			v, l := protowire.ConsumeBytes(entry)
+			if l < 0 {
+				return nil, false
+			}
+			entry = entry[l:]
+			switch {
+			case num == 1 && !haveKey:
+				if !utf8.Valid(v) {
+					return nil, false
+				}
+				haveKey, key = true, string(v)
+			case num == 2 && !haveValue:
+				haveValue = true
+				var ok bool
+				if s, ok = unmarshalStruct(v); !ok {
+					return nil, false
+				}
+			default:
+				return nil, false
+			}
+		}
+		if s == nil {
+			s = &structpb.Struct{} // a missing value is an empty message, as in proto
+		}
+		md.FilterMetadata[key] = s
+	}
+	return md, true
+}
+
+// valueCell is one Value with room for each of its kinds, so a Struct's
+// or a list's values are one allocation.
+type valueCell struct {
+	v    structpb.Value
+	str  structpb.Value_StringValue
+	num  structpb.Value_NumberValue
+	boo  structpb.Value_BoolValue
+	null structpb.Value_NullValue
+	sv   structpb.Value_StructValue
+	lv   structpb.Value_ListValue
+}
+
+// unmarshalStruct reads a Struct (dynamic metadata): the Struct, its map,
+// its values (one block) and its text (one string), and as much again for
+// each nested Struct or list, instead of four or five allocations per
+// field. A Struct proto.Unmarshal would have to merge (a key or value
+// repeated in an entry, a Value with two kinds) or that does not parse is
+// read by proto.Unmarshal instead; false only when that fails.
+func unmarshalStruct(b []byte) (*structpb.Struct, bool) {
+	if s, ok := readStruct(b, 0); ok {
+		return s, true
+	}
+	s := &structpb.Struct{}
+	if proto.Unmarshal(b, s) != nil {
+		return nil, false
+	}
+	return s, true
+}
+
+// maxStructDepth bounds readStruct's recursion; deeper values go to
+// proto.Unmarshal, which has its own limit.
+const maxStructDepth = 16
+
+// readStruct reads a Struct in two passes: the first checks its entries
+// and sizes the blocks, the second fills them.
+func readStruct(b []byte, depth int) (*structpb.Struct, bool) {
+	if depth > maxStructDepth {
+		return nil, false
+	}
+	s := &structpb.Struct{}
+	n, text := 0, 0
+	for rest := b; len(rest) > 0; n++ {
+		num, typ, l := protowire.ConsumeTag(rest)
+		if l < 0 || num != 1 || typ != protowire.BytesType {
+			return nil, false
+		}
+		rest = rest[l:]
+		entry, l := protowire.ConsumeBytes(rest)
+		if l < 0 {
+			return nil, false
+		}
+		rest = rest[l:]
+		haveKey, haveValue := false, false
+		for len(entry) > 0 {
+			num, typ, l := protowire.ConsumeTag(entry)
+			if l < 0 || typ != protowire.BytesType {
+				return nil, false
+			}
+			entry = entry[l:]
+			v, l := protowire.ConsumeBytes(entry)
+			if l < 0 {
+				return nil, false
+			}
+			entry = entry[l:]
+			switch {
+			case num == 1 && !haveKey:
+				if !utf8.Valid(v) {
+					return nil, false
+				}
+				haveKey, text = true, text+len(v)
+			case num == 2 && !haveValue:
+				haveValue = true
+				t, ok := valueText(v)
+				if !ok {
+					return nil, false
+				}
+				text += t
+			default:
+				return nil, false
+			}
+		}
+	}
+	if n == 0 {
+		return s, true
+	}
+	cells := make([]valueCell, n)
+	textBuf := make([]byte, 0, text)
+	s.Fields = make(map[string]*structpb.Value, n)
+	for i := 0; len(b) > 0; i++ {
+		_, _, l := protowire.ConsumeTag(b)
+		b = b[l:]
+		entry, l := protowire.ConsumeBytes(b)
+		b = b[l:]
+		c := &cells[i]
+		key := ""
+		for len(entry) > 0 {
+			num, _, l := protowire.ConsumeTag(entry)
+			entry = entry[l:]
+			v, l := protowire.ConsumeBytes(entry)
+			entry = entry[l:]
+			if num == 1 {
+				start := len(textBuf)
+				textBuf = append(textBuf, v...)
+				key = spanString(textBuf, start, len(textBuf))
+				continue
+			}
+			var ok bool
+			if textBuf, ok = fillValue(v, c, textBuf, depth); !ok {
+				return nil, false
+			}
+		}
+		s.Fields[key] = &c.v
+	}
+	return s, true
+}
+
+// readList reads a ListValue as readStruct reads a Struct.
+func readList(b []byte, depth int) (*structpb.ListValue, bool) {
+	if depth > maxStructDepth {
+		return nil, false
+	}
+	lv := &structpb.ListValue{}
+	n, text := 0, 0
+	for rest := b; len(rest) > 0; n++ {
+		num, typ, l := protowire.ConsumeTag(rest)
+		if l < 0 || num != 1 || typ != protowire.BytesType {
+			return nil, false
+		}
+		rest = rest[l:]
+		v, l := protowire.ConsumeBytes(rest)
+		if l < 0 {
+			return nil, false
+		}
+		rest = rest[l:]
+		t, ok := valueText(v)
+		if !ok {
+			return nil, false
+		}
+		text += t
+	}
+	if n == 0 {
+		return lv, true
+	}
+	cells := make([]valueCell, n)
+	textBuf := make([]byte, 0, text)
+	lv.Values = make([]*structpb.Value, n)
+	for i := 0; len(b) > 0; i++ {
+		_, _, l := protowire.ConsumeTag(b)
+		b = b[l:]
+		v, l := protowire.ConsumeBytes(b)
+		b = b[l:]
+		var ok bool
+		if textBuf, ok = fillValue(v, &cells[i], textBuf, depth); !ok {
+			return nil, false
+		}
+		lv.Values[i] = &cells[i].v
+	}
+	return lv, true
+}
+
+// valueText checks that a Value has at most one kind, and returns the
+// bytes of its string; a nested Struct or list is checked when read.
+func valueText(b []byte) (int, bool) {
+	if len(b) == 0 {
+		return 0, true
+	}
+	num, typ, l := protowire.ConsumeTag(b)
+	if l < 0 {
+		return 0, false
+	}
+	b = b[l:]
+	text := 0
+	switch {
+	case (num == 1 || num == 4) && typ == protowire.VarintType:
+		_, l = protowire.ConsumeVarint(b)
+	case num == 2 && typ == protowire.Fixed64Type:
+		_, l = protowire.ConsumeFixed64(b)
+	case num == 3 && typ == protowire.BytesType:
+		var v []byte
+		v, l = protowire.ConsumeBytes(b)
+		if l >= 0 && !utf8.Valid(v) {
+			return 0, false
+		}
+		text = len(v)
+	case (num == 5 || num == 6) && typ == protowire.BytesType:
+		_, l = protowire.ConsumeBytes(b)
+	default:
+		return 0, false
+	}
+	return text, l >= 0 && l == len(b)
+}
+
+// fillValue reads a Value checked by valueText into c.
+func fillValue(b []byte, c *valueCell, textBuf []byte, depth int) ([]byte, bool) {
+	if len(b) == 0 {
+		return textBuf, true
+	}
+	num, _, l := protowire.ConsumeTag(b)
+	b = b[l:]
+	switch num {
+	case 1:
+		x, _ := protowire.ConsumeVarint(b)
+		c.null.NullValue = structpb.NullValue(int32(x))
+		c.v.Kind = &c.null
+	case 2:
+		x, _ := protowire.ConsumeFixed64(b)
+		c.num.NumberValue = math.Float64frombits(x)
+		c.v.Kind = &c.num
+	case 3:
+		v, _ := protowire.ConsumeBytes(b)
+		start := len(textBuf)
+		textBuf = append(textBuf, v...)
+		c.str.StringValue = spanString(textBuf, start, len(textBuf))
+		c.v.Kind = &c.str
+	case 4:
+		x, _ := protowire.ConsumeVarint(b)
+		c.boo.BoolValue = x != 0
+		c.v.Kind = &c.boo
+	case 5:
+		v, _ := protowire.ConsumeBytes(b)
+		s, ok := readStruct(v, depth+1)
+		if !ok {
+			return nil, false
+		}
+		c.sv.StructValue = s
+		c.v.Kind = &c.sv
+	case 6:
+		v, _ := protowire.ConsumeBytes(b)
+		lv, ok := readList(v, depth+1)
+		if !ok {
+			return nil, false
+		}
+		c.lv.ListValue = lv
+		c.v.Kind = &c.lv
+	}
+	return textBuf, true
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -380,5 +381,108 @@ func TestProcessingResponseAllocations(t *testing.T) {
 		}
 	}); got > 2 {
 		t.Errorf("%v allocations, want at most 2", got)
+	}
+}
+
+// TestStructsMatchProto: metadata Structs (a request's metadata_context, a
+// reply's dynamic_metadata) read as proto.Unmarshal reads them, flat ones
+// by the fast path and nested ones by proto.Unmarshal for that Struct.
+func TestStructsMatchProto(t *testing.T) {
+	flat, err := structpb.NewStruct(map[string]any{"model": "demo/chat", "prompt_tokens": 20, "cached": true,
+		"none": nil, "": "empty key", "unicode": "modèle ✓", "empty": ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nested, err := structpb.NewStruct(map[string]any{"a": "x", "inner": map[string]any{"b": 1}, "list": []any{"c", 2.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noKind := &structpb.Struct{Fields: map[string]*structpb.Value{"k": {}}}
+	entry := func(key string, value []byte, withValue bool) []byte { // one Struct field, by hand
+		e := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), key)
+		if withValue {
+			e = protowire.AppendBytes(protowire.AppendTag(e, 2, protowire.BytesType), value)
+		}
+		return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), e)
+	}
+	str := func(s string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, 3, protowire.BytesType), s)
+	}
+	structs := []struct {
+		name string
+		wire []byte
+	}{
+		{"flat", mustMarshal(t, flat)},
+		{"nested", mustMarshal(t, nested)},
+		{"value without kind", mustMarshal(t, noKind)},
+		{"empty", nil},
+		{"entry without value", entry("k", nil, false)},
+		{"key twice: the last entry wins", append(entry("k", str("one"), true), entry("k", str("two"), true)...)},
+		{"value with two kinds", entry("k", append(str("a"), protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 1)...), true)},
+		{"invalid UTF-8 string", entry("k", str("\xff"), true)},
+		{"invalid UTF-8 key", entry("\xff", str("v"), true)},
+		{"nested Struct with a value of two kinds", entry("k", protowire.AppendBytes(protowire.AppendTag(nil, 5, protowire.BytesType),
+			entry("in", append(str("a"), str("b")...), true)), true)},
+		{"list with an invalid string", entry("k", protowire.AppendBytes(protowire.AppendTag(nil, 6, protowire.BytesType),
+			protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), str("\xff"))), true)},
+		{"empty nested Struct and list", entry("k", protowire.AppendBytes(protowire.AppendTag(nil, 5, protowire.BytesType), nil), true)},
+	}
+	for _, tc := range structs {
+		t.Run(tc.name, func(t *testing.T) {
+			// As a reply's dynamic_metadata.
+			reply := protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), tc.wire)
+			want := &extprocv3.ProcessingResponse{}
+			wantErr := proto.Unmarshal(reply, want)
+			got := &extprocv3.ProcessingResponse{}
+			err := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(reply)}, got)
+			if (err != nil) != (wantErr != nil) || (err == nil && !proto.Equal(got, want)) {
+				t.Fatalf("dynamic_metadata: got %v (%v), want %v (%v)", got, err, want, wantErr)
+			}
+			// As a request's metadata_context, in two namespaces.
+			md := append(
+				protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType),
+					protowire.AppendBytes(protowire.AppendTag(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "switchyard"), 2, protowire.BytesType), tc.wire)),
+				protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType),
+					protowire.AppendBytes(protowire.AppendTag(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "other"), 2, protowire.BytesType), tc.wire))...)
+			req := append(mustMarshal(t, headersMsg(false, true)), protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), md)...)
+			wantReq := &extprocv3.ProcessingRequest{}
+			wantErr = proto.Unmarshal(req, wantReq)
+			gotReq := &extprocv3.ProcessingRequest{}
+			err = Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(req)}, gotReq)
+			if (err != nil) != (wantErr != nil) || (err == nil && !proto.Equal(gotReq, wantReq)) {
+				t.Fatalf("metadata_context: got %v (%v), want %v (%v)", gotReq, err, wantReq, wantErr)
+			}
+		})
+	}
+	// Typed metadata and a repeated metadata_context go to proto.Unmarshal.
+	typed := mustMarshal(t, &extprocv3.ProcessingRequest{MetadataContext: &corev3.Metadata{
+		TypedFilterMetadata: map[string]*anypb.Any{"x": {TypeUrl: "type.googleapis.com/google.protobuf.Struct"}}}})
+	twice := append(mustMarshal(t, &extprocv3.ProcessingRequest{MetadataContext: &corev3.Metadata{
+		FilterMetadata: map[string]*structpb.Struct{"a": flat}}}), mustMarshal(t, &extprocv3.ProcessingRequest{MetadataContext: &corev3.Metadata{
+		FilterMetadata: map[string]*structpb.Struct{"b": flat}}})...)
+	for name, wire := range map[string][]byte{"typed metadata": typed, "metadata twice": twice} {
+		if unmarshalProcessingRequest(wire, &extprocv3.ProcessingRequest{}) {
+			t.Errorf("%s: fast path taken", name)
+		}
+		want, got := &extprocv3.ProcessingRequest{}, &extprocv3.ProcessingRequest{}
+		if err := proto.Unmarshal(wire, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, got); err != nil || !proto.Equal(got, want) {
+			t.Errorf("%s: got %v (%v), want %v", name, got, err, want)
+		}
+	}
+	if _, ok := readStruct(mustMarshal(t, nested), 0); !ok {
+		t.Error("nested Struct left to proto.Unmarshal")
+	}
+	// A flat Struct of seven fields: the Struct, its map, its values and
+	// its text (proto.Unmarshal: about thirty).
+	wire := mustMarshal(t, flat)
+	if got := testing.AllocsPerRun(100, func() {
+		if s, ok := unmarshalStruct(wire); !ok || len(s.Fields) != 7 {
+			t.Fatal("flat Struct not read")
+		}
+	}); got > 6 {
+		t.Errorf("flat Struct: %v allocations, want at most 6", got)
 	}
 }
