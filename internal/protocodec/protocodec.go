@@ -40,19 +40,31 @@ type Codec struct{}
 
 func init() { encoding.RegisterCodecV2(Codec{}) }
 
-// Marshal writes v's wire form into a buffer of the default pool, which
-// gRPC returns to the pool once the bytes are written.
+// Marshal writes v's wire form into a pooled buffer, which gRPC returns to
+// the pool once the bytes are written. The ext_proc server's replies are
+// written by appendResponse where they fit its shapes (their metadata
+// Structs without proto's reflection over maps), others by proto.Marshal.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("protocodec: cannot marshal %T: not a proto.Message", v)
 	}
+	if r, ok := m.(*extprocv3.ProcessingResponse); ok {
+		if size, ok := responseSize(r); ok {
+			pool := poolFor(size)
+			buf := pool.Get(size)
+			out, err := appendResponse((*buf)[:0], r)
+			if err != nil {
+				pool.Put(buf)
+				return nil, fmt.Errorf("protocodec: marshal %T: %w", v, err)
+			}
+			*buf = out
+			return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+		}
+	}
 	// UseCachedSize is safe only right after Size, as in gRPC's codec.
 	size := proto.Size(m)
-	pool := mem.BufferPool(smallPool)
-	if size > smallCap {
-		pool = mem.DefaultBufferPool()
-	}
+	pool := poolFor(size)
 	buf := pool.Get(size)
 	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
 	if err != nil {
@@ -93,6 +105,14 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Name returns Name.
 func (Codec) Name() string { return Name }
+
+// poolFor is the pool for a message of size bytes.
+func poolFor(size int) mem.BufferPool {
+	if size > smallCap {
+		return mem.DefaultBufferPool()
+	}
+	return smallPool
+}
 
 // smallCap is the capacity of the buffers small messages are marshalled
 // into: above gRPC's pooling threshold, so mem.NewBuffer pools them, and
