@@ -50,8 +50,12 @@ func fieldsAre(m proto.Message, nums ...protowire.Number) bool {
 // responseSize returns the size of m's wire form, or false when m is not
 // one of the shapes appendResponse writes.
 func responseSize(m *extprocv3.ProcessingResponse) (int, bool) {
-	if !marshalByHand || !noUnknown(m) || m.TypedDynamicMetadata != nil || m.RequestDrain || m.RequestDrainRequests ||
+	if !marshalByHand || !noUnknown(m) || m.TypedDynamicMetadata != nil || m.RequestDrainRequests ||
 		m.RequestDrainResponses || m.ServerWindowUpdate != nil {
+		return 0, false
+	}
+	//lint:ignore SA1019 a reply that sets this deprecated field goes to proto.Marshal, which writes it
+	if m.RequestDrain {
 		return 0, false
 	}
 	n := 0
@@ -281,7 +285,11 @@ func appendHeaderMutation(b []byte, hm *extprocv3.HeaderMutation) []byte {
 // one (proto.Marshal writes it as empty, but nothing sends that), the
 // deprecated append field, unknown fields or invalid UTF-8.
 func headerOptionSize(o *corev3.HeaderValueOption) (int, bool) {
-	if o == nil || o.Append != nil || !noUnknown(o) {
+	if o == nil || !noUnknown(o) {
+		return 0, false
+	}
+	//lint:ignore SA1019 an option that sets this deprecated field goes to proto.Marshal, which writes it
+	if o.Append != nil {
 		return 0, false
 	}
 	n := 0

@@ -98,7 +98,7 @@ func TestResponseMarshalMatchesProto(t *testing.T) {
 		{"nil option", body(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{
 			SetHeaders: []*corev3.HeaderValueOption{nil}}}), true, false},
 		{"trailers", body(&extprocv3.CommonResponse{Trailers: &corev3.HeaderMap{}}), true, false},
-		{"request drain", &extprocv3.ProcessingResponse{RequestDrain: true}, true, false},
+		{"request drain requests", &extprocv3.ProcessingResponse{RequestDrainRequests: true}, true, false},
 	}
 	var c Codec
 	for _, tc := range cases {

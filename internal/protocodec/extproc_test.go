@@ -308,7 +308,7 @@ func TestProcessingResponseMatchesProto(t *testing.T) {
 			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
 				HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
 					Header: &corev3.HeaderValue{Key: "k"}, Append: wrapperspb.Bool(true)}}}}}}}, false},
-		{"request drain", &extprocv3.ProcessingResponse{RequestDrain: true}, false},
+		{"request drain requests", &extprocv3.ProcessingResponse{RequestDrainRequests: true}, false},
 	}
 	type wireCase struct {
 		name string
