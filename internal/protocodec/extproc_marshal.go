@@ -409,9 +409,8 @@ func listSize(l *structpb.ListValue, depth int) (int, bool) {
 // shallow, and this keeps the writer free of a size cache.
 func appendStruct(b []byte, s *structpb.Struct) []byte {
 	for k, v := range s.Fields {
-		e, _ := entrySize(k, v, 0)
-		b = appendStringField(appendTagLen(b, 1, e), 1, k)
 		vs, _ := valueSize(v, 0)
+		b = appendStringField(appendTagLen(b, 1, sizeField(1, len(k))+sizeField(2, vs)), 1, k)
 		b = appendValue(appendTagLen(b, 2, vs), v)
 	}
 	return b
