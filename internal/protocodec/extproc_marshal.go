@@ -257,16 +257,7 @@ func appendHeaderMutation(b []byte, hm *extprocv3.HeaderMutation) []byte {
 		s, _ := headerOptionSize(o)
 		b = appendTagLen(b, 1, s)
 		if h := o.Header; h != nil {
-			b = appendTagLen(b, 1, headerValueSize(h))
-			if h.Key != "" {
-				b = appendStringField(b, 1, h.Key)
-			}
-			if h.Value != "" {
-				b = appendStringField(b, 2, h.Value)
-			}
-			if len(h.RawValue) > 0 {
-				b = protowire.AppendBytes(protowire.AppendTag(b, 3, protowire.BytesType), h.RawValue)
-			}
+			b = appendHeaderValue(appendTagLen(b, 1, headerValueSize(h)), h)
 		}
 		if o.AppendAction != 0 {
 			b = appendVarintField(b, 3, uint64(int64(o.AppendAction)))
@@ -306,6 +297,19 @@ func headerOptionSize(o *corev3.HeaderValueOption) (int, bool) {
 		n += sizeVarintField(4, 1)
 	}
 	return n, true
+}
+
+func appendHeaderValue(b []byte, h *corev3.HeaderValue) []byte {
+	if h.Key != "" {
+		b = appendStringField(b, 1, h.Key)
+	}
+	if h.Value != "" {
+		b = appendStringField(b, 2, h.Value)
+	}
+	if len(h.RawValue) > 0 {
+		b = protowire.AppendBytes(protowire.AppendTag(b, 3, protowire.BytesType), h.RawValue)
+	}
+	return b
 }
 
 func headerValueSize(h *corev3.HeaderValue) int {
@@ -435,6 +439,199 @@ func appendValue(b []byte, v *structpb.Value) []byte {
 		for _, e := range k.ListValue.Values {
 			es, _ := valueSize(e, 0)
 			b = appendValue(appendTagLen(b, 1, es), e)
+		}
+	}
+	return b
+}
+
+// marshalRequestByHand is marshalByHand for the messages appendRequest
+// writes (the data plane's side: Envoy's, in a deployment).
+var marshalRequestByHand = marshalByHand &&
+	fieldsAre(&extprocv3.ProcessingRequest{}, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13) &&
+	fieldsAre(&extprocv3.HttpHeaders{}, 1, 2, 3) && fieldsAre(&extprocv3.HttpBody{}, 1, 2, 3, 4, 5) &&
+	fieldsAre(&corev3.HeaderMap{}, 1) && fieldsAre(&corev3.Metadata{}, 1, 2)
+
+// requestSize returns the size of a ProcessingRequest carrying headers or
+// a body, with its metadata context (Structs), observability mode and
+// protocol configuration, or false for any other shape (trailers,
+// attributes, typed metadata, flow control, unknown fields, invalid
+// UTF-8), which proto.Marshal writes.
+func requestSize(m *extprocv3.ProcessingRequest) (int, bool) {
+	if !marshalRequestByHand || !noUnknown(m) || len(m.Attributes) > 0 || m.FlowControlInit != nil ||
+		m.ClientWindowUpdate != nil {
+		return 0, false
+	}
+	n := 0
+	if md := m.MetadataContext; md != nil {
+		s, ok := metadataSize(md)
+		if !ok {
+			return 0, false
+		}
+		n += sizeField(8, s)
+	}
+	if m.ObservabilityMode {
+		n += sizeVarintField(10, 1)
+	}
+	if m.ProtocolConfig != nil {
+		n += sizeField(11, proto.Size(m.ProtocolConfig))
+	}
+	if m.Request != nil {
+		num, s, ok := requestPhaseSize(m)
+		if !ok {
+			return 0, false
+		}
+		n += sizeField(num, s)
+	}
+	return n, true
+}
+
+// appendRequest appends m's wire form; m was checked by requestSize.
+func appendRequest(b []byte, m *extprocv3.ProcessingRequest) ([]byte, error) {
+	if md := m.MetadataContext; md != nil {
+		s, _ := metadataSize(md)
+		b = appendTagLen(b, 8, s)
+		for k, st := range md.FilterMetadata {
+			ss, _ := structSize(st, 0)
+			b = appendStringField(appendTagLen(b, 1, sizeField(1, len(k))+sizeField(2, ss)), 1, k)
+			b = appendStruct(appendTagLen(b, 2, ss), st)
+		}
+	}
+	if m.ObservabilityMode {
+		b = appendVarintField(b, 10, 1)
+	}
+	if m.ProtocolConfig != nil {
+		b = appendTagLen(b, 11, proto.Size(m.ProtocolConfig))
+		var err error
+		if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, m.ProtocolConfig); err != nil {
+			return nil, err
+		}
+	}
+	if m.Request == nil {
+		return b, nil
+	}
+	num, s, _ := requestPhaseSize(m)
+	b = appendTagLen(b, num, s)
+	switch r := m.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		b = appendHttpHeaders(b, r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		b = appendHttpHeaders(b, r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		b = appendHttpBody(b, r.RequestBody)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		b = appendHttpBody(b, r.ResponseBody)
+	}
+	return b, nil
+}
+
+func metadataSize(md *corev3.Metadata) (int, bool) {
+	if !noUnknown(md) || len(md.TypedFilterMetadata) > 0 {
+		return 0, false
+	}
+	n := 0
+	for k, st := range md.FilterMetadata {
+		if st == nil || !utf8.ValidString(k) {
+			return 0, false
+		}
+		s, ok := structSize(st, 0)
+		if !ok {
+			return 0, false
+		}
+		n += sizeField(1, sizeField(1, len(k))+sizeField(2, s))
+	}
+	return n, true
+}
+
+// requestPhaseSize returns the field number and size of m's headers or
+// body message; false for other phases.
+func requestPhaseSize(m *extprocv3.ProcessingRequest) (protowire.Number, int, bool) {
+	switch r := m.Request.(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		s, ok := httpHeadersSize(r.RequestHeaders)
+		return 2, s, ok
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		s, ok := httpHeadersSize(r.ResponseHeaders)
+		return 3, s, ok
+	case *extprocv3.ProcessingRequest_RequestBody:
+		s, ok := httpBodySize(r.RequestBody)
+		return 4, s, ok
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		s, ok := httpBodySize(r.ResponseBody)
+		return 5, s, ok
+	}
+	return 0, 0, false
+}
+
+func httpHeadersSize(h *extprocv3.HttpHeaders) (int, bool) {
+	//lint:ignore SA1019 headers that carry this deprecated field go to proto.Marshal, which writes it
+	if h == nil || !noUnknown(h) || len(h.Attributes) > 0 {
+		return 0, false
+	}
+	n := 0
+	if hm := h.Headers; hm != nil {
+		s, ok := headerMapSize(hm)
+		if !ok {
+			return 0, false
+		}
+		n += sizeField(1, s)
+	}
+	if h.EndOfStream {
+		n += sizeVarintField(3, 1)
+	}
+	return n, true
+}
+
+func headerMapSize(hm *corev3.HeaderMap) (int, bool) {
+	if !noUnknown(hm) {
+		return 0, false
+	}
+	n := 0
+	for _, h := range hm.Headers {
+		if h == nil || !noUnknown(h) || !utf8.ValidString(h.Key) || !utf8.ValidString(h.Value) {
+			return 0, false
+		}
+		n += sizeField(1, headerValueSize(h))
+	}
+	return n, true
+}
+
+func appendHttpHeaders(b []byte, h *extprocv3.HttpHeaders) []byte {
+	if hm := h.Headers; hm != nil {
+		s, _ := headerMapSize(hm)
+		b = appendTagLen(b, 1, s)
+		for _, hv := range hm.Headers {
+			b = appendHeaderValue(appendTagLen(b, 1, headerValueSize(hv)), hv)
+		}
+	}
+	if h.EndOfStream {
+		b = appendVarintField(b, 3, 1)
+	}
+	return b
+}
+
+func httpBodySize(h *extprocv3.HttpBody) (int, bool) {
+	if h == nil || !noUnknown(h) {
+		return 0, false
+	}
+	n := 0
+	if len(h.Body) > 0 {
+		n += sizeField(1, len(h.Body))
+	}
+	for _, f := range [...]bool{h.EndOfStream, h.EndOfStreamWithoutMessage, h.GrpcMessageCompressed, h.DrainComplete} {
+		if f {
+			n += sizeVarintField(2, 1) // fields 2 to 5: one-byte tags
+		}
+	}
+	return n, true
+}
+
+func appendHttpBody(b []byte, h *extprocv3.HttpBody) []byte {
+	if len(h.Body) > 0 {
+		b = protowire.AppendBytes(protowire.AppendTag(b, 1, protowire.BytesType), h.Body)
+	}
+	for i, f := range [...]bool{h.EndOfStream, h.EndOfStreamWithoutMessage, h.GrpcMessageCompressed, h.DrainComplete} {
+		if f {
+			b = appendVarintField(b, protowire.Number(2+i), 1)
 		}
 	}
 	return b

@@ -203,3 +203,84 @@ func BenchmarkMarshalResponse(b *testing.B) {
 		}
 	})
 }
+
+// TestRequestMarshalMatchesProto: as TestResponseMarshalMatchesProto, for
+// the data plane's requests: every ProcessingRequest of wireCases (those
+// that parse) and ones with metadata of several namespaces.
+func TestRequestMarshalMatchesProto(t *testing.T) {
+	type tc struct {
+		name  string
+		m     *extprocv3.ProcessingRequest
+		exact bool
+		hand  bool
+	}
+	var cases []tc
+	for _, w := range wireCases(t) {
+		m := &extprocv3.ProcessingRequest{}
+		if proto.Unmarshal(w.wire, m) != nil {
+			continue
+		}
+		_, hand := requestSize(m)
+		cases = append(cases, tc{w.name, m, len(m.GetMetadataContext().GetFilterMetadata()) == 0, hand})
+	}
+	meta := headersMsg(false, false, &corev3.HeaderValue{Key: ":path", RawValue: []byte("/v1/chat")})
+	meta.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+		"switchyard": usageStruct(t), "envoy.filters.http.ext_proc": {}, "": usageStruct(t)}}
+	body := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: []byte("data: {}\n\n"), EndOfStream: true, DrainComplete: true}},
+		ObservabilityMode: true}
+	cases = append(cases, tc{"metadata in three namespaces", meta, false, true}, tc{"body chunk", body, true, true},
+		tc{"flow control", &extprocv3.ProcessingRequest{FlowControlInit: &extprocv3.ProcessingRequest_FlowControlInit{}}, true, false})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, hand := requestSize(c.m); hand != c.hand {
+				t.Errorf("written by hand: %v, want %v", hand, c.hand)
+			}
+			data, err := (Codec{}).Marshal(c.m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := data.Materialize()
+			data.Free()
+			back := &extprocv3.ProcessingRequest{}
+			if err := proto.Unmarshal(got, back); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(back, c.m) {
+				t.Fatalf("read back %v\nwant %v", back, c.m)
+			}
+			if want := proto.Size(c.m); len(got) != want {
+				t.Fatalf("%d bytes, proto.Size %d", len(got), want)
+			}
+			if c.exact {
+				want, err := proto.Marshal(c.m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("bytes differ from proto.Marshal:\n%x\n%x", got, want)
+				}
+			}
+		})
+	}
+	hand := 0
+	for _, c := range cases {
+		if c.hand {
+			hand++
+		}
+	}
+	if hand < 10 {
+		t.Errorf("only %d cases written by hand", hand)
+	}
+	// Invalid UTF-8 is proto.Marshal's error.
+	for name, m := range map[string]*extprocv3.ProcessingRequest{
+		"header key":     headersMsg(false, false, &corev3.HeaderValue{Key: "a\xff"}),
+		"header value":   headersMsg(true, false, &corev3.HeaderValue{Key: "k", Value: "\xc0"}),
+		"namespace":      {MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"\xff": {}}}},
+		"metadata value": {MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"ns": {Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("\xff")}}}}},
+	} {
+		if _, err := (Codec{}).Marshal(m); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

@@ -41,29 +41,41 @@ type Codec struct{}
 func init() { encoding.RegisterCodecV2(Codec{}) }
 
 // Marshal writes v's wire form into a pooled buffer, which gRPC returns to
-// the pool once the bytes are written. The ext_proc server's replies are
-// written by appendResponse where they fit its shapes (their metadata
-// Structs without proto's reflection over maps), others by proto.Marshal.
+// the pool once the bytes are written. The ext_proc server's replies and
+// the data plane's requests are written by appendResponse and
+// appendRequest where they fit their shapes (their metadata Structs
+// without proto's reflection over maps), others by proto.Marshal.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(proto.Message)
 	if !ok {
 		return nil, fmt.Errorf("protocodec: cannot marshal %T: not a proto.Message", v)
 	}
-	if r, ok := m.(*extprocv3.ProcessingResponse); ok {
-		if size, ok := responseSize(r); ok {
-			pool := poolFor(size)
-			buf := pool.Get(size)
-			out, err := appendResponse((*buf)[:0], r)
-			if err != nil {
-				pool.Put(buf)
-				return nil, fmt.Errorf("protocodec: marshal %T: %w", v, err)
-			}
-			*buf = out
-			return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	size, byHand := 0, false
+	switch r := m.(type) {
+	case *extprocv3.ProcessingResponse:
+		size, byHand = responseSize(r)
+	case *extprocv3.ProcessingRequest:
+		size, byHand = requestSize(r)
+	}
+	if byHand {
+		pool := poolFor(size)
+		buf := pool.Get(size)
+		var out []byte
+		var err error
+		if r, ok := m.(*extprocv3.ProcessingResponse); ok {
+			out, err = appendResponse((*buf)[:0], r)
+		} else {
+			out, err = appendRequest((*buf)[:0], m.(*extprocv3.ProcessingRequest))
 		}
+		if err != nil {
+			pool.Put(buf)
+			return nil, fmt.Errorf("protocodec: marshal %T: %w", v, err)
+		}
+		*buf = out
+		return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 	}
 	// UseCachedSize is safe only right after Size, as in gRPC's codec.
-	size := proto.Size(m)
+	size = proto.Size(m)
 	pool := poolFor(size)
 	buf := pool.Get(size)
 	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], m)
