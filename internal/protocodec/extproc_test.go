@@ -486,3 +486,28 @@ func TestStructsMatchProto(t *testing.T) {
 		t.Errorf("flat Struct: %v allocations, want at most 6", got)
 	}
 }
+
+// FuzzUnmarshal: on any bytes the codec reads a ProcessingRequest and a
+// ProcessingResponse as proto.Unmarshal does (same message or an error for
+// both), and never panics. Seeded with wireCases.
+func FuzzUnmarshal(f *testing.F) {
+	for _, tc := range wireCases(f) {
+		f.Add(tc.wire)
+	}
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		for _, pair := range [][2]proto.Message{
+			{&extprocv3.ProcessingRequest{}, &extprocv3.ProcessingRequest{}},
+			{&extprocv3.ProcessingResponse{}, &extprocv3.ProcessingResponse{}},
+		} {
+			want, got := pair[0], pair[1]
+			wantErr := proto.Unmarshal(wire, want)
+			err := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), wire...))}, got)
+			if (err != nil) != (wantErr != nil) {
+				t.Fatalf("%T: error %v, proto.Unmarshal's %v", got, err, wantErr)
+			}
+			if err == nil && !proto.Equal(got, want) {
+				t.Fatalf("%T: got %v, want %v", got, got, want)
+			}
+		}
+	})
+}
