@@ -22,6 +22,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-ai/switchyard/internal/inprocgrpc"
+	// The real-gRPC backend ("tcp") marshals with the gateway's codec, as
+	// the gateway's loopback gRPC does.
+	_ "github.com/switchyard-ai/switchyard/internal/protocodec"
 )
 
 // Every scenario runs against a real grpc.Server over loopback TCP and

@@ -1,0 +1,5 @@
+//go:build !race
+
+package protocodec
+
+const raceEnabled = false
