@@ -36,8 +36,8 @@ type extProcFilter struct {
 	cluster           string
 	conn              grpc.ClientConnInterface
 	// client and callOpts open its Process streams, made once.
-	client            extprocv3.ExternalProcessorClient
-	callOpts          []grpc.CallOption
+	client   extprocv3.ExternalProcessorClient
+	callOpts []grpc.CallOption
 	// local, when not nil, is the ext_proc server in this process, called
 	// directly instead of through client (Options.LocalProcessors); md is
 	// initialMetadata as the gRPC metadata its sessions are opened with.
@@ -248,8 +248,8 @@ type processor struct {
 	mode procMode
 	meta *requestMetadata
 
-	mu       sync.Mutex // one message in flight at a time
-	stream   extProcStream // nil until the first message, and once closed
+	mu     sync.Mutex    // one message in flight at a time
+	stream extProcStream // nil until the first message, and once closed
 	// The two kinds of stream, kept here so that opening one allocates
 	// nothing more.
 	gs       grpcStream

@@ -239,7 +239,7 @@ type startup struct {
 	extprocAddr string
 	maxRecv     int // ext_proc's largest gRPC message
 	// channels are the data plane's in-process gRPC channels, by cluster.
-	channels   map[string]grpc.ClientConnInterface
+	channels map[string]grpc.ClientConnInterface
 	// processors are the data plane's ext_proc servers called directly.
 	processors map[string]dataplane.LocalProcessor
 	adsClients []*adsclient.Client
@@ -424,7 +424,7 @@ func (s *startup) startDataPlane(context.Context) error {
 			controlplane.RateLimitCluster: g.rlsAddr},
 		Channels:        s.channels,
 		LocalProcessors: s.processors,
-		Insecure: s.opts.Insecure,
+		Insecure:        s.opts.Insecure,
 		OnRateLimitError: func(error) {
 			g.Metrics.ChargeErrors.Inc("dataplane")
 		},
