@@ -324,10 +324,14 @@ type LocalProcessor interface {
 // Handle answers one message, as a gRPC server's reply to it would. ctx is
 // cancelled when the message's message_timeout fires or the request ends:
 // Handle must return promptly then (the request's goroutine is waiting in
-// it). Handle may keep req and its parts, and the data plane does not
-// change them afterwards; the reply is the data plane's, which the server
-// must not keep or change. An error ends the stream as a gRPC error would
-// (status_on_error, or failure_mode_allow); then only Close is called.
+// it). req is the data plane's and valid only until Handle returns (the
+// data plane reuses its messages, as a gRPC sender may once Send has
+// returned): a session keeps copies. The reply is read until the next
+// Handle or Close and parts of it (a mutated body, dynamic metadata) kept
+// for the rest of the request: the session must not change it afterwards. An error ends the stream as a gRPC error would
+// (status_on_error, or failure_mode_allow), and no reply and no error as a
+// server closing the stream cleanly would (the request continues without
+// the processor); then only Close is called.
 //
 // Close ends the stream, as the end of a gRPC stream does, however the
 // request ended (the server charges what it saw, also when the client went
@@ -367,6 +371,9 @@ func (l *localStream) recv() (*extprocv3.ProcessingResponse, error) {
 	l.pending = false
 	resp, err := l.resp, l.err
 	l.resp, l.err = nil, nil
+	if resp == nil && err == nil {
+		return nil, io.EOF
+	}
 	if err == nil && l.maxRecv < math.MaxInt32 {
 		if n := proto.Size(resp); n > l.maxRecv {
 			err = fmt.Errorf("ext_proc reply larger than max_receive_message_length (%d vs. %d)", n, l.maxRecv)
