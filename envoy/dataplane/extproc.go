@@ -412,8 +412,9 @@ type requestMetadata struct {
 // s comes from a reply received for this request, which nothing else holds
 // or modifies (a received message is unmarshalled, or copied by the
 // in-process channel, afresh; the reply that carried it is reset, never
-// edited, by the next receive), so a namespace's first Struct is kept as it
-// is.
+// edited, by the next receive; a local session's replies are never changed
+// by the session, ExtProcSession), so a namespace's first Struct is kept as
+// it is.
 func (m *requestMetadata) merge(ns string, s *structpb.Struct) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
