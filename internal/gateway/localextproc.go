@@ -22,24 +22,36 @@ func (l localExtProc) OpenSession(ctx context.Context, md metadata.MD) dataplane
 	return &localSession{s: l.srv.OpenSession(ctx, md)}
 }
 
-// localSession hands messages across as the in-process channel did, as
-// deep copies (its field-by-field copies, body copies from per-direction
-// blocks): the data plane reuses its messages once a call returns (body
-// chunks, the refilled headers message) while extproc keeps parts of what
-// it receives and edits request bodies in place; and extproc reuses its
-// chunk replies for the next chunk, while the data plane keeps parts of a
-// reply (a mutated body, dynamic metadata) for the rest of the request.
+// localSession hands the data plane's messages to extproc as deep copies,
+// the in-process channel's (field by field, body copies from per-direction
+// blocks, inprocgrpc.Copier): the data plane reuses its messages once a
+// call returns (body chunks, the headers message refilled for the
+// response), while extproc keeps parts of what it receives and edits
+// request bodies in place.
+//
+// extproc's replies are handed back as they are, which the data plane's
+// contract (dataplane.ExtProcSession) allows because extproc never changes
+// a reply, or a part of one, that the data plane may still read:
+//   - the only replies it changes after returning them are a stream's
+//     reused chunk replies (passChunk, editChunk and editBody in stream
+//     and upstreamStream), and their body bytes (upstreamStream.out, the
+//     SSE filter's output): changed by the next chunk's Handle, after the
+//     data plane has written or drained the previous chunk (it calls the
+//     same processor again only then);
+//   - what the data plane keeps longer is built for the reply (request and
+//     buffered response body mutations: fresh bytes, or the request's copy
+//     edited in place, which is extproc's own; header mutations; immediate
+//     responses; usage metadata) or shared read-only (the key's cached
+//     metadata Structs, keyMeta, and the shared mode overrides, never
+//     modified), and the data plane only reads replies (it merges metadata
+//     copy-on-write).
 type localSession struct {
 	s  *extproc.Session
 	cp inprocgrpc.Copier
 }
 
 func (l *localSession) Handle(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-	resp, err := l.s.Handle(ctx, l.cp.Request(req))
-	if err != nil {
-		return nil, err
-	}
-	return l.cp.Response(resp), nil
+	return l.s.Handle(ctx, l.cp.Request(req))
 }
 
 func (l *localSession) Close(ctx context.Context) { l.s.Close(ctx) }
