@@ -13,8 +13,8 @@
 // unary calls only (which run on the caller's goroutine): its data plane
 // calls extproc's per-stream handler directly, on the request's goroutine,
 // with no hand-off at all (internal/gateway's localExtProc,
-// extproc.Session), and hands the messages across as deep copies made by
-// this package's Copier, the copies the channel makes. The services and
+// extproc.Session), and hands its messages to extproc as deep copies made
+// by this package's Copier, the copies the channel makes. The services and
 // their generated stubs are the same ones a network server runs; what the
 // channel keeps of gRPC's contract:
 //
