@@ -166,32 +166,27 @@ func (s *Server) Ready() bool { return s.routes.Load() != nil }
 // to each.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := ps.Context()
-	// Messages are unmarshalled afresh for this stream and held by nothing
-	// else, so the handlers may edit request bodies in place.
-	var h handler
 	// The two keys alone, not FromIncomingContext's copy of the whole
 	// metadata (a real gRPC server's carries its own keys too).
 	upstream := firstValue(grpcmd.ValueFromIncomingContext(ctx, catalog.PhaseMetadata)) == catalog.PhaseUpstream
-	tr := s.startTrace(ctx, upstream)
-	defer tr.end()
+	provider := ""
+	if upstream {
+		provider = firstValue(grpcmd.ValueFromIncomingContext(ctx, catalog.ProviderMetadata))
+	}
+	var md grpcmd.MD
+	if s.tracer != nil {
+		md, _ = grpcmd.FromIncomingContext(ctx)
+	}
+	ss := s.openSession(ctx, upstream, provider, md)
+	// A client that goes away after the usage chunk still used the tokens:
+	// record them even if the end of the response never reaches us.
+	defer ss.Close(ctx)
 	// One message, received into again and again: the handlers keep parts
 	// of a message (its body), never the message itself, and each receive
 	// gives it fresh parts (proto.Unmarshal, or the in-process channel's
 	// copy), so a streamed body's chunks cost no allocation here. It is
 	// allocated with the stream's state.
-	var req *extprocv3.ProcessingRequest
-	if upstream {
-		u := newUpstreamStream(s, firstValue(grpcmd.ValueFromIncomingContext(ctx, catalog.ProviderMetadata)))
-		u.ownsBody = true
-		h, req = u, &u.in
-	} else {
-		st := newStream(s)
-		st.ownsBody = true
-		h, req = st, &st.in
-	}
-	// A client that goes away after the usage chunk still used the tokens:
-	// record them even if the end of the response never reaches us.
-	defer h.finish(ctx)
+	req := ss.in
 	for {
 		err := ps.RecvMsg(req)
 		if err != nil {
@@ -203,11 +198,10 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 			}
 			return err
 		}
-		resp, err := h.handle(ctx, req)
+		resp, err := ss.Handle(ctx, req)
 		if err != nil {
 			return err
 		}
-		tr.observe(req, resp)
 		if req.GetObservabilityMode() {
 			// Envoy ignores replies in observability mode.
 			continue
@@ -216,6 +210,81 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 			return err
 		}
 	}
+}
+
+// Session is one Process stream's state, driven by direct calls instead of
+// a gRPC stream: the embedded gateway's data plane calls Handle for each
+// message on the request's own goroutine (no hand-off to a stream's
+// goroutine and back) and Close when the stream would end. Process is the
+// same loop around a Session.
+//
+// A Session owns the messages it is given: the handlers keep parts of
+// them (bodies) and may edit request bodies in place, so a caller that
+// reuses its messages hands over copies. A reply is the Session's own too,
+// and may be reused by the next Handle (a streamed body's chunk replies
+// are): the caller reads it, or copies it, before calling Handle again.
+// Handle and Close must not be called concurrently.
+type Session struct {
+	h  handler
+	tr *streamTrace
+	// in is the message Process receives into, allocated with the state.
+	in     *extprocv3.ProcessingRequest
+	closed bool
+}
+
+// OpenSession starts a stream's session, as Process does for a stream whose
+// gRPC metadata is md: catalog.PhaseMetadata and catalog.ProviderMetadata
+// say which phase it serves, and the trace context (traceparent) the span
+// it joins. md is read, never kept or changed.
+func (s *Server) OpenSession(ctx context.Context, md grpcmd.MD) *Session {
+	upstream := firstValue(md.Get(catalog.PhaseMetadata)) == catalog.PhaseUpstream
+	provider := ""
+	if upstream {
+		provider = firstValue(md.Get(catalog.ProviderMetadata))
+	}
+	return s.openSession(ctx, upstream, provider, md)
+}
+
+func (s *Server) openSession(ctx context.Context, upstream bool, provider string, md grpcmd.MD) *Session {
+	ss := &Session{tr: s.startTrace(ctx, md, upstream)}
+	// Messages are the session's own (unmarshalled afresh, copied by the
+	// in-process channel, or handed over by OpenSession's caller), so the
+	// handlers may edit request bodies in place.
+	if upstream {
+		u := newUpstreamStream(s, provider)
+		u.ownsBody = true
+		ss.h, ss.in = u, &u.in
+	} else {
+		st := newStream(s)
+		st.ownsBody = true
+		ss.h, ss.in = st, &st.in
+	}
+	return ss
+}
+
+// Handle answers one message. An error ends the stream: a data plane
+// treats it as the stream's failure (its status_on_error, or
+// failure_mode_allow), and the caller calls only Close afterwards.
+func (ss *Session) Handle(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	resp, err := ss.h.handle(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	ss.tr.observe(req, resp)
+	return resp, nil
+}
+
+// Close ends the session, however the stream ended: it records and charges
+// the usage seen (also when the client went away before the end of the
+// response), and ends the span. ctx may be cancelled already: what is
+// charged is charged regardless. Close is idempotent.
+func (ss *Session) Close(ctx context.Context) {
+	if ss.closed {
+		return
+	}
+	ss.closed = true
+	defer ss.tr.end()
+	ss.h.finish(ctx)
 }
 
 // handler is the state of one Process stream.

@@ -42,15 +42,14 @@ func (c mdCarrier) Keys() []string {
 	return keys
 }
 
-// startTrace starts the stream's span; nil when tracing is off or the
-// data plane sent no trace context (an unsampled request, or Envoy
-// without tracing).
-func (s *Server) startTrace(ctx context.Context, upstream bool) *streamTrace {
+// startTrace starts the stream's span, from the trace context in the
+// stream's gRPC metadata md; nil when tracing is off or the data plane sent
+// no trace context (an unsampled request, or Envoy without tracing).
+func (s *Server) startTrace(ctx context.Context, md grpcmd.MD, upstream bool) *streamTrace {
 	if s.tracer == nil {
 		return nil
 	}
-	md, ok := grpcmd.FromIncomingContext(ctx)
-	if !ok || len(md.Get("traceparent")) == 0 {
+	if len(md.Get("traceparent")) == 0 {
 		return nil
 	}
 	pctx := tracing.Propagator.Extract(ctx, mdCarrier(md))

@@ -60,7 +60,7 @@ func (d *DataPlane) compileUpstreamFilters(po *upstreamhttpv3.HttpProtocolOption
 			if err := a.UnmarshalTo(ep); err != nil {
 				return fmt.Errorf("%s: upstream http filter %q: %w", from, f.GetName(), err)
 			}
-			pf, err := compileExtProc(f.GetName(), f.GetDisabled(), ep, d.staticCluster, d.grpcConn)
+			pf, err := compileExtProc(f.GetName(), f.GetDisabled(), ep, d.staticCluster, d.grpcConn, d.localProcessor)
 			if err != nil {
 				var me *missingError
 				if errors.As(err, &me) {

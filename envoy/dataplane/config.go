@@ -455,7 +455,7 @@ func (d *DataPlane) compileHCM(hcm *hcmv3.HttpConnectionManager, snap *snapshot,
 			if err := a.UnmarshalTo(ep); err != nil {
 				return nil, fmt.Errorf("%s: http filter %q: %w", from, f.GetName(), err)
 			}
-			pf, err := compileExtProc(f.GetName(), f.GetDisabled(), ep, d.staticCluster, d.grpcConn)
+			pf, err := compileExtProc(f.GetName(), f.GetDisabled(), ep, d.staticCluster, d.grpcConn, d.localProcessor)
 			if err != nil {
 				var me *missingError
 				if errors.As(err, &me) {

@@ -37,6 +37,13 @@ type Options struct {
 	// inprocgrpc channel): the filters call them without a socket. A
 	// name here needs no StaticClusters entry and takes precedence.
 	Channels map[string]grpc.ClientConnInterface
+	// LocalProcessors are static clusters whose ext_proc server runs in
+	// this process and is called directly by the ext_proc filters, on the
+	// request's goroutine, without a gRPC stream (the embedded gateway's
+	// extproc). A name here needs no StaticClusters or Channels entry and
+	// takes precedence for ext_proc filters; other filters (the rate
+	// limit filter) still use Channels or StaticClusters.
+	LocalProcessors map[string]LocalProcessor
 	// Insecure allows plain HTTP on non-loopback addresses.
 	Insecure bool
 	// ListenOverride maps a listener name to the address to bind instead of
@@ -373,11 +380,20 @@ func (d *DataPlane) Close() error {
 
 // staticCluster reports whether name is a bootstrap cluster.
 func (d *DataPlane) staticCluster(name string) bool {
+	if _, ok := d.opts.LocalProcessors[name]; ok {
+		return true
+	}
 	if _, ok := d.opts.Channels[name]; ok {
 		return true
 	}
 	_, ok := d.opts.StaticClusters[name]
 	return ok
+}
+
+// localProcessor returns the static cluster's ext_proc server in this
+// process, or nil.
+func (d *DataPlane) localProcessor(name string) LocalProcessor {
+	return d.opts.LocalProcessors[name]
 }
 
 // grpcConn returns the gRPC channel to a static cluster: an in-process one,

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -35,8 +36,13 @@ type extProcFilter struct {
 	cluster           string
 	conn              grpc.ClientConnInterface
 	// client and callOpts open its Process streams, made once.
-	client            extprocv3.ExternalProcessorClient
-	callOpts          []grpc.CallOption
+	client   extprocv3.ExternalProcessorClient
+	callOpts []grpc.CallOption
+	// local, when not nil, is the ext_proc server in this process, called
+	// directly instead of through client (Options.LocalProcessors); md is
+	// initialMetadata as the gRPC metadata its sessions are opened with.
+	local             LocalProcessor
+	md                metadata.MD
 	initialMetadata   []string // key, value pairs
 	maxRecv           int
 	failureModeAllow  bool
@@ -89,7 +95,7 @@ func checkMode(pm *extprocfilterv3.ProcessingMode) error {
 	return nil
 }
 
-func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProcessor, static func(string) bool, conns func(string) (grpc.ClientConnInterface, error)) (*extProcFilter, error) {
+func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProcessor, static func(string) bool, conns func(string) (grpc.ClientConnInterface, error), local func(string) LocalProcessor) (*extProcFilter, error) {
 	if err := c.ValidateAll(); err != nil {
 		return nil, err
 	}
@@ -134,22 +140,29 @@ func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProce
 	if !static(f.cluster) {
 		return nil, &missingError{kind: "cluster", name: f.cluster, from: "ext_proc filter " + name, static: true}
 	}
-	conn, err := conns(f.cluster)
-	if err != nil {
-		return nil, err
-	}
-	f.conn = conn
 	if n := eg.GetMaxReceiveMessageLength().GetValue(); n > 0 && n < math.MaxInt32 {
 		f.maxRecv = int(n)
 	}
-	f.client = extprocv3.NewExternalProcessorClient(conn)
-	f.callOpts = []grpc.CallOption{grpc.MaxCallRecvMsgSize(f.maxRecv)}
 	for _, hv := range c.GetGrpcService().GetInitialMetadata() {
 		v := hv.GetValue()
 		if v == "" {
 			v = string(hv.GetRawValue())
 		}
 		f.initialMetadata = append(f.initialMetadata, strings.ToLower(hv.GetKey()), v)
+	}
+	if local != nil {
+		f.local = local(f.cluster)
+	}
+	if f.local != nil {
+		f.md = metadata.Pairs(f.initialMetadata...)
+	} else {
+		conn, err := conns(f.cluster)
+		if err != nil {
+			return nil, err
+		}
+		f.conn = conn
+		f.client = extprocv3.NewExternalProcessorClient(conn)
+		f.callOpts = []grpc.CallOption{grpc.MaxCallRecvMsgSize(f.maxRecv)}
 	}
 	if c.GetMessageTimeout() != nil {
 		f.messageTimeout = c.GetMessageTimeout().AsDuration()
@@ -165,6 +178,7 @@ func compileExtProc(name string, disabled bool, c *extprocfilterv3.ExternalProce
 		f.receiving[ns] = true
 	}
 	f.forwarding = c.GetMetadataOptions().GetForwardingNamespaces().GetUntyped()
+	var err error
 	if f.checker, err = newMutationChecker(c.GetMutationRules()); err != nil {
 		return nil, err
 	}
@@ -234,8 +248,12 @@ type processor struct {
 	mode procMode
 	meta *requestMetadata
 
-	mu       sync.Mutex // one message in flight at a time
-	stream   extprocv3.ExternalProcessor_ProcessClient
+	mu     sync.Mutex    // one message in flight at a time
+	stream extProcStream // nil until the first message, and once closed
+	// The two kinds of stream, kept here so that opening one allocates
+	// nothing more.
+	gs       grpcStream
+	ls       localStream
 	cancel   context.CancelFunc
 	complete atomic.Bool // Envoy's processing_complete_
 	// tracer, when tracing is on, makes a span per message, children of
@@ -256,7 +274,120 @@ type processor struct {
 	reqChunk  *bodyChunk
 	respChunk *bodyChunk
 	hdrs      *headersMsg
-	reply     *extprocv3.ProcessingResponse
+}
+
+// extProcStream is one Process stream as the filter drives it: send a
+// message, then receive its replies (an override_message_timeout reply
+// comes before the real one). It is the gRPC client stream, or a session
+// of an ext_proc server in this process (LocalProcessor).
+type extProcStream interface {
+	send(req *extprocv3.ProcessingRequest)
+	// recv returns the next reply, valid until the next send; io.EOF when
+	// the server ended the stream cleanly.
+	recv() (*extprocv3.ProcessingResponse, error)
+	closeSend()
+}
+
+// grpcStream is a Process stream over gRPC (a network connection, or the
+// in-process channel).
+type grpcStream struct {
+	c extprocv3.ExternalProcessor_ProcessClient
+	// reply is received into for every reply of the stream.
+	reply *extprocv3.ProcessingResponse
+}
+
+// send ignores the error: a failed Send carries no status; the next
+// Recv reports the stream's real error.
+func (g *grpcStream) send(req *extprocv3.ProcessingRequest) { _ = g.c.Send(req) }
+
+func (g *grpcStream) recv() (*extprocv3.ProcessingResponse, error) {
+	if g.reply == nil {
+		g.reply = new(extprocv3.ProcessingResponse)
+	}
+	return g.reply, g.c.RecvMsg(g.reply)
+}
+
+func (g *grpcStream) closeSend() { _ = g.c.CloseSend() }
+
+// LocalProcessor is an ext_proc server in the data plane's process that the
+// filter calls directly, on the request's goroutine, instead of through a
+// gRPC stream (Options.LocalProcessors): the embedded gateway's extproc.
+type LocalProcessor interface {
+	// OpenSession starts the server's side of one Process stream whose
+	// gRPC metadata would be md (the filter's initial_metadata and the
+	// trace context). md must not be kept or changed.
+	OpenSession(ctx context.Context, md metadata.MD) ExtProcSession
+}
+
+// ExtProcSession is a LocalProcessor's side of one Process stream.
+//
+// Handle answers one message, as a gRPC server's reply to it would. ctx is
+// cancelled when the message's message_timeout fires or the request ends:
+// Handle must return promptly then (the request's goroutine is waiting in
+// it). req is the data plane's and valid only until Handle returns (the
+// data plane reuses its messages, as a gRPC sender may once Send has
+// returned): a session keeps copies. The reply is read until the next
+// Handle or Close and parts of it (a mutated body, dynamic metadata) kept
+// for the rest of the request: the session must not change it afterwards. An error ends the stream as a gRPC error would
+// (status_on_error, or failure_mode_allow), and no reply and no error as a
+// server closing the stream cleanly would (the request continues without
+// the processor); then only Close is called.
+//
+// Close ends the stream, as the end of a gRPC stream does, however the
+// request ended (the server charges what it saw, also when the client went
+// away). It is called once, not concurrently with Handle.
+type ExtProcSession interface {
+	Handle(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)
+	Close(ctx context.Context)
+}
+
+// localStream drives an ExtProcSession: send calls Handle on the calling
+// goroutine, and recv returns what it answered.
+type localStream struct {
+	s   ExtProcSession
+	ctx context.Context
+	// maxRecv is the filter's max_receive_message_length, checked as a
+	// gRPC client would (math.MaxInt32: no limit).
+	maxRecv int
+	resp    *extprocv3.ProcessingResponse
+	err     error
+	pending bool
+}
+
+// errNoReply is what recv returns when the session has answered the last
+// message already: a reply asking for more time (override_message_timeout)
+// cannot be followed by another from a direct call.
+var errNoReply = errors.New("ext_proc session: no further reply to the message")
+
+func (l *localStream) send(req *extprocv3.ProcessingRequest) {
+	l.resp, l.err = l.s.Handle(l.ctx, req)
+	l.pending = true
+}
+
+func (l *localStream) recv() (*extprocv3.ProcessingResponse, error) {
+	if !l.pending {
+		return nil, errNoReply
+	}
+	l.pending = false
+	resp, err := l.resp, l.err
+	l.resp, l.err = nil, nil
+	if resp == nil && err == nil {
+		return nil, io.EOF
+	}
+	if err == nil && l.maxRecv < math.MaxInt32 {
+		if n := proto.Size(resp); n > l.maxRecv {
+			err = fmt.Errorf("ext_proc reply larger than max_receive_message_length (%d vs. %d)", n, l.maxRecv)
+		}
+	}
+	return resp, err
+}
+
+func (l *localStream) closeSend() {
+	s := l.s
+	l.s = nil
+	if s != nil {
+		s.Close(l.ctx)
+	}
 }
 
 // bodyChunk is a body message and its parts, allocated together.
@@ -281,8 +412,9 @@ type requestMetadata struct {
 // s comes from a reply received for this request, which nothing else holds
 // or modifies (a received message is unmarshalled, or copied by the
 // in-process channel, afresh; the reply that carried it is reset, never
-// edited, by the next receive), so a namespace's first Struct is kept as it
-// is.
+// edited, by the next receive; a local session's replies are never changed
+// by the session, ExtProcSession), so a namespace's first Struct is kept as
+// it is.
 func (m *requestMetadata) merge(ns string, s *structpb.Struct) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -333,7 +465,7 @@ func (p *processor) close() {
 
 func (p *processor) closeLocked() {
 	if p.stream != nil {
-		_ = p.stream.CloseSend()
+		p.stream.closeSend()
 		p.stream = nil
 	}
 	if p.cancel != nil {
@@ -346,6 +478,16 @@ func (p *processor) open(ctx context.Context) error {
 	// The stream lives as long as the request, not longer: a client that goes
 	// away cancels it.
 	sctx, cancel := context.WithCancel(ctx)
+	if p.f.local != nil {
+		md := p.f.md
+		if p.tracer != nil {
+			md = md.Copy()
+			p.traceCarrier(md)
+		}
+		p.ls = localStream{s: p.f.local.OpenSession(sctx, md), ctx: sctx, maxRecv: p.f.maxRecv}
+		p.stream, p.cancel = &p.ls, cancel
+		return nil
+	}
 	if len(p.f.initialMetadata) > 0 {
 		sctx = metadata.AppendToOutgoingContext(sctx, p.f.initialMetadata...)
 	}
@@ -355,7 +497,8 @@ func (p *processor) open(ctx context.Context) error {
 		cancel()
 		return err
 	}
-	p.stream, p.cancel = stream, cancel
+	p.gs.c = stream
+	p.stream, p.cancel = &p.gs, cancel
 	return nil
 }
 
@@ -439,17 +582,15 @@ func (p *processor) exchange(ctx context.Context, req *extprocv3.ProcessingReque
 	}
 	timer := p.timer
 	defer timer.Stop()
-	// A failed Send carries no status; Recv reports the stream's real error.
-	_ = stream.Send(req)
+	// A local stream answers within send, cut short by the timer's
+	// cancellation of the stream's context.
+	stream.send(req)
 	if c := p.f.counters; c != nil {
 		c.msgs[kind].Add(1)
 	}
 	extended := false
-	if p.reply == nil {
-		p.reply = new(extprocv3.ProcessingResponse)
-	}
 	for {
-		resp, err := p.reply, stream.RecvMsg(p.reply)
+		resp, err := stream.recv()
 		if p.timedOut.Load() {
 			return nil, p.failLocked(&failure{status: 504, code: "ext_proc_message_timeout",
 				msg: "The request timed out in the gateway."})

@@ -381,6 +381,13 @@ func TestBodyRewriteContentLength(t *testing.T) {
 }
 
 func TestProcessorFailures(t *testing.T) {
+	testProcessorFailures(t, newEnv, nil)
+}
+
+// testProcessorFailures runs the failure cases on the ext_proc cluster
+// newEnv makes (gRPC, or a LocalProcessor); check, if not nil, checks each
+// case's env afterwards.
+func testProcessorFailures(t *testing.T, newEnv func(*testing.T) *env, check func(*env)) {
 	// stalled is closed when the test ends: a processor waiting on it never
 	// answers in time, however slow the machine.
 	stalled := make(chan struct{})
@@ -451,6 +458,9 @@ func TestProcessorFailures(t *testing.T) {
 			// One stream, and no further message after the failure or close.
 			if got := e.proc.messages(); len(got) != 1 {
 				t.Errorf("messages = %v, want only request_headers", got)
+			}
+			if check != nil {
+				check(e)
 			}
 		})
 	}

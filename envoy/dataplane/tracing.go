@@ -205,6 +205,12 @@ func (p *processor) traceMetadata(ctx context.Context) context.Context {
 	return ctx
 }
 
+// traceCarrier adds the trace context to md, the metadata a local ext_proc
+// session is opened with (traceMetadata's equivalent).
+func (p *processor) traceCarrier(md metadata.MD) {
+	tracing.Propagator.Inject(p.parent, mdCarrier(md))
+}
+
 // injectTrace sets the attempt's traceparent on an upstream request to a
 // cluster of Options.TraceClusters.
 func (s *requestState) injectTrace(ctx context.Context, cluster string, h http.Header) {

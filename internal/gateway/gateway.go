@@ -112,8 +112,10 @@ type Options struct {
 
 	// LoopbackGRPC makes the data plane reach ext_proc and the embedded
 	// rate limit service over loopback gRPC, as Envoy reaches them in a
-	// deployment, instead of the in-process channel (inprocgrpc). Both are
-	// always served on loopback gRPC too, for other clients.
+	// deployment, instead of in process (ext_proc by direct calls of its
+	// handler, localExtProc; the rate limit service on an inprocgrpc
+	// channel). Both are always served on loopback gRPC too, for other
+	// clients.
 	LoopbackGRPC bool
 
 	// Region is this gateway's home region, announced in the xDS node
@@ -237,7 +239,9 @@ type startup struct {
 	extprocAddr string
 	maxRecv     int // ext_proc's largest gRPC message
 	// channels are the data plane's in-process gRPC channels, by cluster.
-	channels   map[string]grpc.ClientConnInterface
+	channels map[string]grpc.ClientConnInterface
+	// processors are the data plane's ext_proc servers called directly.
+	processors map[string]dataplane.LocalProcessor
 	adsClients []*adsclient.Client
 	// tracer traces requests across the components; nil when tracing is
 	// off (observability.tracing).
@@ -388,15 +392,16 @@ func (s *startup) startExtProc(context.Context) (err error) {
 	}
 	// The data plane's own calls: every request makes five ext_proc
 	// exchanges and one rate limit call, which in process skip the
-	// sockets, HTTP/2 and serialization (inprocgrpc).
+	// sockets, HTTP/2 and serialization: the ext_proc filters call
+	// extproc's handler directly, on the request's goroutine
+	// (localExtProc), and the rate limit calls go over an inprocgrpc
+	// channel.
 	if !s.opts.LoopbackGRPC {
-		ch := inprocgrpc.New(inprocgrpc.Options{MaxRecvMsgSize: s.maxRecv})
-		g.ExtProc.Register(ch)
-		s.channels = map[string]grpc.ClientConnInterface{catalog.ExtProcCluster: ch}
+		s.processors = map[string]dataplane.LocalProcessor{catalog.ExtProcCluster: localExtProc{g.ExtProc}}
 		if g.RateLimit != nil {
 			rch := inprocgrpc.New(inprocgrpc.Options{})
 			g.RateLimit.Register(rch)
-			s.channels[controlplane.RateLimitCluster] = rch
+			s.channels = map[string]grpc.ClientConnInterface{controlplane.RateLimitCluster: rch}
 		}
 	}
 	extprocADS, err := dialADS(g, g.xdsAddr, &corev3.Node{Id: "switchyard-extproc", Cluster: "switchyard",
@@ -417,8 +422,9 @@ func (s *startup) startDataPlane(context.Context) error {
 		Logger: s.log.With("component", "dataplane"),
 		StaticClusters: map[string]string{catalog.ExtProcCluster: s.extprocAddr, catalog.XDSCluster: g.xdsAddr,
 			controlplane.RateLimitCluster: g.rlsAddr},
-		Channels: s.channels,
-		Insecure: s.opts.Insecure,
+		Channels:        s.channels,
+		LocalProcessors: s.processors,
+		Insecure:        s.opts.Insecure,
 		OnRateLimitError: func(error) {
 			g.Metrics.ChargeErrors.Inc("dataplane")
 		},

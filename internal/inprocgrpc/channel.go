@@ -4,12 +4,19 @@
 //
 // The embedded gateway (`switchyard run`) puts its data plane, ext_proc
 // server and rate limit service in one process; between them every request
-// makes five ext_proc exchanges, and over loopback gRPC each costs a socket
-// write and read on both sides and four goroutine hand-offs (the writers'
-// and readers' goroutines), which on a small machine is most of the latency
-// the gateway adds. On this channel an exchange is two hand-offs. The
-// services and their generated stubs are the same ones a network server
-// runs; what the channel keeps of gRPC's contract:
+// makes five ext_proc exchanges and a rate limit call, and over loopback
+// gRPC each exchange costs a socket write and read on both sides and four
+// goroutine hand-offs (the writers' and readers' goroutines), which on a
+// small machine is most of the latency the gateway adds. On this channel an
+// exchange is two hand-offs (to the stream's handler goroutine and back).
+// The embedded gateway now uses the channel for the rate limit service's
+// unary calls only (which run on the caller's goroutine): its data plane
+// calls extproc's per-stream handler directly, on the request's goroutine,
+// with no hand-off at all (internal/gateway's localExtProc,
+// extproc.Session), and hands its messages to extproc as deep copies made
+// by this package's Copier, the copies the channel makes. The services and
+// their generated stubs are the same ones a network server runs; what the
+// channel keeps of gRPC's contract:
 //
 //   - messages are deep-copied, so sender and receiver never share memory
 //     (a sender may reuse a message once SendMsg returns, as on a wire);

@@ -872,3 +872,17 @@ func copyRateLimitResponse(m *rlsv3.RateLimitResponse) (*rlsv3.RateLimitResponse
 	}
 	return c, true
 }
+
+// Copier deep-copies ext_proc requests as the channel does, for callers
+// that hand them to the ext_proc server's handler by a direct call, without
+// a stream (the embedded gateway's data plane): the receiver of a copy may
+// keep it and change it, and the sender may reuse its message at once. The
+// copies of body messages take their memory from the Copier's blocks, as a
+// stream's do. A Copier serves one stream; its methods must not be called
+// concurrently. The zero value is ready.
+type Copier struct{ req arena }
+
+// Request returns a deep copy of m.
+func (c *Copier) Request(m *extprocv3.ProcessingRequest) *extprocv3.ProcessingRequest {
+	return cloneMessage(m, &c.req).(*extprocv3.ProcessingRequest)
+}

@@ -244,3 +244,37 @@ func TestArenaBytes(t *testing.T) {
 		t.Error("a large body was not copied")
 	}
 }
+
+// TestCopierRequest: a Copier's copies are equal to the request and share
+// no memory with it, body chunks included, so a sender reusing its message
+// (the data plane refills it) never changes what the receiver kept.
+func TestCopierRequest(t *testing.T) {
+	var c Copier
+	for _, tc := range copyCases(t) {
+		req, ok := tc.msg.(*extprocv3.ProcessingRequest)
+		if !ok {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			orig := proto.Clone(req)
+			got := c.Request(req)
+			if !proto.Equal(got, orig) {
+				t.Fatalf("copy differs:\n%v\nwant\n%v", got, orig)
+			}
+			// Overwrite every byte and value the sender owns.
+			if b := req.GetRequestBody(); b != nil {
+				clear(b.Body)
+			}
+			if b := req.GetResponseBody(); b != nil {
+				clear(b.Body)
+			}
+			for _, h := range req.GetRequestHeaders().GetHeaders().GetHeaders() {
+				clear(h.RawValue)
+				h.Value = "changed"
+			}
+			if !proto.Equal(got, orig) {
+				t.Errorf("copy changed with the sender's message:\n%v\nwant\n%v", got, orig)
+			}
+		})
+	}
+}
