@@ -384,6 +384,61 @@ func TestProcessingResponseAllocations(t *testing.T) {
 	}
 }
 
+// BenchmarkUnmarshalProcessingResponse: the replies the data plane reads
+// (a headers reply with mutations and usage metadata, a chunk's reply) and
+// a request with a metadata context of nested Structs and lists, read by
+// the codec and by proto.Unmarshal.
+func BenchmarkUnmarshalProcessingResponse(b *testing.B) {
+	usage, err := structpb.NewStruct(map[string]any{"switchyard": map[string]any{"prompt_tokens": 20, "model": "demo/chat",
+		"cached": false, "none": nil, "list": []any{"a", 1.5, true, map[string]any{"k": "v"}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	set := func(k, v string) *corev3.HeaderValueOption {
+		return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}
+	}
+	withMeta := headersMsg(false, false, &corev3.HeaderValue{Key: ":path", RawValue: []byte("/v1/chat/completions")})
+	withMeta.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"switchyard": usage}}
+	for _, tc := range []struct {
+		name string
+		m    proto.Message
+	}{
+		{"headers_reply", &extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+				Status: extprocv3.CommonResponse_CONTINUE_AND_REPLACE, ClearRouteCache: true,
+				HeaderMutation: &extprocv3.HeaderMutation{
+					SetHeaders:    []*corev3.HeaderValueOption{set(":path", "/v1/chat/completions"), set("x-ratelimit-limit-requests", "60")},
+					RemoveHeaders: []string{"authorization", "x-switchyard-model"}},
+				BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte(`{"model":"demo/chat"}`)}}}}},
+			DynamicMetadata: usage}},
+		{"chunk_reply", &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+			Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{
+				Body: []byte("data: {}\n\n")}}}}}}},
+		{"request_with_metadata", withMeta},
+	} {
+		wire := mustMarshal(b, tc.m)
+		b.Run(tc.name, func(b *testing.B) {
+			m := tc.m.ProtoReflect().New().Interface()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := (Codec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/proto", func(b *testing.B) {
+			m := tc.m.ProtoReflect().New().Interface()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := proto.Unmarshal(wire, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // TestStructsMatchProto: metadata Structs (a request's metadata_context, a
 // reply's dynamic_metadata) read as proto.Unmarshal reads them, flat ones
 // by the fast path and nested ones by proto.Unmarshal for that Struct.
