@@ -211,35 +211,28 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3
 			}
 		}
 	}
+	ok := true
+	var h *extprocv3.HttpHeaders
 	switch r := m.Request.(type) {
 	case nil:
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		h, ok := copyHttpHeaders(r.RequestHeaders)
-		if !ok {
-			return nil, false
+		if h, ok = copyHttpHeaders(r.RequestHeaders); ok {
+			c.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
 		}
-		c.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		h, ok := copyHttpHeaders(r.ResponseHeaders)
-		if !ok {
-			return nil, false
+		if h, ok = copyHttpHeaders(r.ResponseHeaders); ok {
+			c.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
 		}
-		c.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
 	case *extprocv3.ProcessingRequest_RequestBody:
-		b, ok := copyHttpBody(r.RequestBody, &parts.body, a)
-		if !ok {
-			return nil, false
-		}
-		parts.rq.RequestBody = b
+		parts.rq.RequestBody, ok = copyHttpBody(r.RequestBody, &parts.body, a)
 		c.Request = &parts.rq
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		b, ok := copyHttpBody(r.ResponseBody, &parts.body, a)
-		if !ok {
-			return nil, false
-		}
-		parts.rs.ResponseBody = b
+		parts.rs.ResponseBody, ok = copyHttpBody(r.ResponseBody, &parts.body, a)
 		c.Request = &parts.rs
 	default: // trailers
+		return nil, false
+	}
+	if !ok {
 		return nil, false
 	}
 	return c, true
@@ -357,37 +350,25 @@ func copyProcessingResponse(m *extprocv3.ProcessingResponse, a *arena) (*extproc
 	}
 	//lint:ignore SA1019 a deep copy copies every field, deprecated ones included
 	c.RequestDrain, c.RequestDrainRequests, c.RequestDrainResponses = m.RequestDrain, m.RequestDrainRequests, m.RequestDrainResponses
+	ok := true
 	switch r := m.Response.(type) {
 	case nil:
 	case *extprocv3.ProcessingResponse_RequestHeaders:
-		h, ok := copyHeadersResponse(r.RequestHeaders, hp)
-		if !ok {
-			return nil, false
-		}
-		hp.rq.RequestHeaders = h
+		hp.rq.RequestHeaders, ok = copyHeadersResponse(r.RequestHeaders, hp)
 		c.Response = &hp.rq
 	case *extprocv3.ProcessingResponse_ResponseHeaders:
-		h, ok := copyHeadersResponse(r.ResponseHeaders, hp)
-		if !ok {
-			return nil, false
-		}
-		hp.rs.ResponseHeaders = h
+		hp.rs.ResponseHeaders, ok = copyHeadersResponse(r.ResponseHeaders, hp)
 		c.Response = &hp.rs
 	case *extprocv3.ProcessingResponse_RequestBody:
-		b, ok := copyBodyResponse(r.RequestBody, parts, a)
-		if !ok {
-			return nil, false
-		}
-		parts.rq.RequestBody = b
+		parts.rq.RequestBody, ok = copyBodyResponse(r.RequestBody, parts, a)
 		c.Response = &parts.rq
 	case *extprocv3.ProcessingResponse_ResponseBody:
-		b, ok := copyBodyResponse(r.ResponseBody, parts, a)
-		if !ok {
-			return nil, false
-		}
-		parts.rs.ResponseBody = b
+		parts.rs.ResponseBody, ok = copyBodyResponse(r.ResponseBody, parts, a)
 		c.Response = &parts.rs
 	default: // trailers, immediate responses, streamed immediate responses
+		return nil, false
+	}
+	if !ok {
 		return nil, false
 	}
 	if m.DynamicMetadata != nil {
@@ -750,25 +731,25 @@ func (a *arena) requestParts() *bodyRequestParts {
 	if a == nil {
 		return new(bodyRequestParts)
 	}
-	if len(a.reqs) == 0 {
-		a.nreqs = grow(a.nreqs, 1, arenaParts)
-		a.reqs = make([]bodyRequestParts, a.nreqs)
-	}
-	p := &a.reqs[0]
-	a.reqs = a.reqs[1:]
-	return p
+	return takePart(&a.reqs, &a.nreqs)
 }
 
 func (a *arena) replyParts() *bodyReplyParts {
 	if a == nil {
 		return new(bodyReplyParts)
 	}
-	if len(a.reps) == 0 {
-		a.nreps = grow(a.nreps, 1, arenaParts)
-		a.reps = make([]bodyReplyParts, a.nreps)
+	return takePart(&a.reps, &a.nreps)
+}
+
+// takePart hands out the first of free's parts, after making a new block
+// (sized from last, the previous block's size) when free is empty.
+func takePart[T any](free *[]T, last *int) *T {
+	if len(*free) == 0 {
+		*last = grow(*last, 1, arenaParts)
+		*free = make([]T, *last)
 	}
-	p := &a.reps[0]
-	a.reps = a.reps[1:]
+	p := &(*free)[0]
+	*free = (*free)[1:]
 	return p
 }
 
