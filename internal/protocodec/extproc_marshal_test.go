@@ -100,39 +100,46 @@ func TestResponseMarshalMatchesProto(t *testing.T) {
 		{"trailers", body(&extprocv3.CommonResponse{Trailers: &corev3.HeaderMap{}}), true, false},
 		{"request drain requests", &extprocv3.ProcessingResponse{RequestDrainRequests: true}, true, false},
 	}
-	var c Codec
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, hand := responseSize(tc.m)
 			if hand != tc.hand {
 				t.Errorf("written by hand: %v, want %v", hand, tc.hand)
 			}
-			data, err := c.Marshal(tc.m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := data.Materialize()
-			data.Free()
-			back := &extprocv3.ProcessingResponse{}
-			if err := proto.Unmarshal(got, back); err != nil {
-				t.Fatal(err)
-			}
-			if !proto.Equal(back, tc.m) {
-				t.Fatalf("read back %v\nwant %v", back, tc.m)
-			}
-			if want := proto.Size(tc.m); len(got) != want {
-				t.Fatalf("%d bytes, proto.Size %d", len(got), want)
-			}
-			if tc.exact {
-				want, err := proto.Marshal(tc.m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Fatalf("bytes differ from proto.Marshal:\n%x\n%x", got, want)
-				}
-			}
+			marshalMatchesProto(t, tc.m, &extprocv3.ProcessingResponse{}, tc.exact)
 		})
+	}
+}
+
+// marshalMatchesProto checks that the codec writes m as proto.Marshal
+// does: bytes that read back (into back) as m, of proto.Size's length, and
+// when exact (no map of more than one entry, whose order proto.Marshal
+// leaves unspecified) proto.Marshal's bytes exactly.
+func marshalMatchesProto(t *testing.T, m, back proto.Message, exact bool) {
+	t.Helper()
+	data, err := (Codec{}).Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := data.Materialize()
+	data.Free()
+	if err := proto.Unmarshal(got, back); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(back, m) {
+		t.Fatalf("read back %v\nwant %v", back, m)
+	}
+	if want := proto.Size(m); len(got) != want {
+		t.Fatalf("%d bytes, proto.Size %d", len(got), want)
+	}
+	if exact {
+		want, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("bytes differ from proto.Marshal:\n%x\n%x", got, want)
+		}
 	}
 }
 
@@ -238,31 +245,7 @@ func TestRequestMarshalMatchesProto(t *testing.T) {
 			if _, hand := requestSize(c.m); hand != c.hand {
 				t.Errorf("written by hand: %v, want %v", hand, c.hand)
 			}
-			data, err := (Codec{}).Marshal(c.m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := data.Materialize()
-			data.Free()
-			back := &extprocv3.ProcessingRequest{}
-			if err := proto.Unmarshal(got, back); err != nil {
-				t.Fatal(err)
-			}
-			if !proto.Equal(back, c.m) {
-				t.Fatalf("read back %v\nwant %v", back, c.m)
-			}
-			if want := proto.Size(c.m); len(got) != want {
-				t.Fatalf("%d bytes, proto.Size %d", len(got), want)
-			}
-			if c.exact {
-				want, err := proto.Marshal(c.m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Fatalf("bytes differ from proto.Marshal:\n%x\n%x", got, want)
-				}
-			}
+			marshalMatchesProto(t, c.m, &extprocv3.ProcessingRequest{}, c.exact)
 		})
 	}
 	hand := 0

@@ -131,25 +131,31 @@ func wireCases(t testing.TB) []struct {
 // as proto.Unmarshal does (same message, or an error for both), through
 // the fast path where it applies, and into a message used before.
 func TestProcessingRequestMatchesProto(t *testing.T) {
-	var c Codec
 	reused := &extprocv3.ProcessingRequest{}
 	for _, tc := range wireCases(t) {
 		t.Run(tc.name, func(t *testing.T) {
-			want := &extprocv3.ProcessingRequest{}
-			wantErr := proto.Unmarshal(tc.wire, want)
 			if fast := unmarshalProcessingRequest(tc.wire, &extprocv3.ProcessingRequest{}); fast != tc.fast {
 				t.Errorf("fast path taken: %v, want %v", fast, tc.fast)
 			}
-			for _, into := range []*extprocv3.ProcessingRequest{{}, reused} {
-				err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), tc.wire...))}, into)
-				if (err != nil) != (wantErr != nil) {
-					t.Fatalf("error %v, proto.Unmarshal's %v", err, wantErr)
-				}
-				if err == nil && !proto.Equal(into, want) {
-					t.Fatalf("got %v\nwant %v", into, want)
-				}
-			}
+			unmarshalMatchesProto(t, tc.wire, &extprocv3.ProcessingRequest{}, &extprocv3.ProcessingRequest{}, reused)
 		})
+	}
+}
+
+// unmarshalMatchesProto checks that the codec reads wire into each of into
+// as proto.Unmarshal reads it into want: the same message, or an error for
+// both.
+func unmarshalMatchesProto(t *testing.T, wire []byte, want proto.Message, into ...proto.Message) {
+	t.Helper()
+	wantErr := proto.Unmarshal(wire, want)
+	for _, got := range into {
+		err := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), wire...))}, got)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%T: error %v, proto.Unmarshal's %v", got, err, wantErr)
+		}
+		if err == nil && !proto.Equal(got, want) {
+			t.Fatalf("%T: got %v\nwant %v", got, got, want)
+		}
 	}
 }
 
@@ -341,24 +347,13 @@ func TestProcessingResponseMatchesProto(t *testing.T) {
 		wireCase{"unknown field", protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1), false},
 		wireCase{"truncated", mustMarshal(t, cases[0].m)[:20], false},
 	)
-	var c Codec
 	reused := &extprocv3.ProcessingResponse{}
 	for _, tc := range wires {
 		t.Run(tc.name, func(t *testing.T) {
-			want := &extprocv3.ProcessingResponse{}
-			wantErr := proto.Unmarshal(tc.wire, want)
 			if fast := unmarshalProcessingResponse(tc.wire, &extprocv3.ProcessingResponse{}); fast != tc.fast {
 				t.Errorf("fast path taken: %v, want %v", fast, tc.fast)
 			}
-			for _, into := range []*extprocv3.ProcessingResponse{{}, reused} {
-				err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), tc.wire...))}, into)
-				if (err != nil) != (wantErr != nil) {
-					t.Fatalf("error %v, proto.Unmarshal's %v", err, wantErr)
-				}
-				if err == nil && !proto.Equal(into, want) {
-					t.Fatalf("got %v\nwant %v", into, want)
-				}
-			}
+			unmarshalMatchesProto(t, tc.wire, &extprocv3.ProcessingResponse{}, &extprocv3.ProcessingResponse{}, reused)
 		})
 	}
 	// An empty body mutation stays a body mutation that empties the body.
@@ -486,13 +481,7 @@ func TestStructsMatchProto(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// As a reply's dynamic_metadata.
 			reply := protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), tc.wire)
-			want := &extprocv3.ProcessingResponse{}
-			wantErr := proto.Unmarshal(reply, want)
-			got := &extprocv3.ProcessingResponse{}
-			err := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(reply)}, got)
-			if (err != nil) != (wantErr != nil) || (err == nil && !proto.Equal(got, want)) {
-				t.Fatalf("dynamic_metadata: got %v (%v), want %v (%v)", got, err, want, wantErr)
-			}
+			unmarshalMatchesProto(t, reply, &extprocv3.ProcessingResponse{}, &extprocv3.ProcessingResponse{})
 			// As a request's metadata_context, in two namespaces.
 			md := append(
 				protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType),
@@ -500,13 +489,7 @@ func TestStructsMatchProto(t *testing.T) {
 				protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType),
 					protowire.AppendBytes(protowire.AppendTag(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "other"), 2, protowire.BytesType), tc.wire))...)
 			req := append(mustMarshal(t, headersMsg(false, true)), protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), md)...)
-			wantReq := &extprocv3.ProcessingRequest{}
-			wantErr = proto.Unmarshal(req, wantReq)
-			gotReq := &extprocv3.ProcessingRequest{}
-			err = Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(req)}, gotReq)
-			if (err != nil) != (wantErr != nil) || (err == nil && !proto.Equal(gotReq, wantReq)) {
-				t.Fatalf("metadata_context: got %v (%v), want %v (%v)", gotReq, err, wantReq, wantErr)
-			}
+			unmarshalMatchesProto(t, req, &extprocv3.ProcessingRequest{}, &extprocv3.ProcessingRequest{})
 		})
 	}
 	// Typed metadata and a repeated metadata_context go to proto.Unmarshal.
@@ -550,19 +533,7 @@ func FuzzUnmarshal(f *testing.F) {
 		f.Add(tc.wire)
 	}
 	f.Fuzz(func(t *testing.T, wire []byte) {
-		for _, pair := range [][2]proto.Message{
-			{&extprocv3.ProcessingRequest{}, &extprocv3.ProcessingRequest{}},
-			{&extprocv3.ProcessingResponse{}, &extprocv3.ProcessingResponse{}},
-		} {
-			want, got := pair[0], pair[1]
-			wantErr := proto.Unmarshal(wire, want)
-			err := Codec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), wire...))}, got)
-			if (err != nil) != (wantErr != nil) {
-				t.Fatalf("%T: error %v, proto.Unmarshal's %v", got, err, wantErr)
-			}
-			if err == nil && !proto.Equal(got, want) {
-				t.Fatalf("%T: got %v, want %v", got, got, want)
-			}
-		}
+		unmarshalMatchesProto(t, wire, &extprocv3.ProcessingRequest{}, &extprocv3.ProcessingRequest{})
+		unmarshalMatchesProto(t, wire, &extprocv3.ProcessingResponse{}, &extprocv3.ProcessingResponse{})
 	})
 }
