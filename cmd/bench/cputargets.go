@@ -83,7 +83,7 @@ func (r *report) writeCPUTargets(w func(string, ...any)) {
 		}
 	}
 	for _, mode := range []string{"inprocess", "loopback-grpc"} {
-		if x, ok := findMicro(r.micro, "BenchmarkGatewayStream/"+mode); ok && x.AllocsChunk >= 0 {
+		if x, ok := findMicro(r.micro, "BenchmarkGatewayStream/"+mode); ok && !math.IsNaN(x.AllocsChunk) {
 			// The whole test process counts (client, upstream, runtime):
 			// below one allocation per chunk is none made per chunk by
 			// the relay itself.

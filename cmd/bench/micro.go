@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +37,10 @@ type microResult struct {
 	BOp, Allocs float64
 	Messages    float64 // the "messages" metric, when the benchmark reports it
 	CPUNsOp     float64 // the "cpu-ns/op" metric (process CPU time per op)
-	AllocsChunk float64 // the "allocs/chunk" metric (-1: not reported)
+	// AllocsChunk is the "allocs/chunk" metric (NaN: not reported). It is
+	// the difference between two stream lengths, so noise can make it
+	// slightly negative: no allocation per chunk.
+	AllocsChunk float64
 	Iter        int64
 }
 
@@ -81,7 +85,7 @@ func parseBench(pkg, out string) []microResult {
 		if err != nil {
 			continue
 		}
-		r := microResult{Pkg: pkg, Name: trimProcs(f[0]), Iter: it, AllocsChunk: -1}
+		r := microResult{Pkg: pkg, Name: trimProcs(f[0]), Iter: it, AllocsChunk: math.NaN()}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {

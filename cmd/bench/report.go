@@ -437,7 +437,7 @@ func (r *report) writeMicro(w func(string, ...any)) {
 		if m.CPUNsOp > 0 {
 			cpu = fmt.Sprintf("%.1f", m.CPUNsOp/1e3)
 		}
-		if m.AllocsChunk >= 0 {
+		if !math.IsNaN(m.AllocsChunk) {
 			chunk = fmt.Sprintf("%.2f", m.AllocsChunk)
 		}
 		w("| %s | %s | %.0f | %.2f | %s | %.0f | %.0f | %s | %s | %s |\n", m.Pkg, m.Name, m.NsOp, m.NsOp/1e3, mbs, m.BOp, m.Allocs, msgs, cpu, chunk)
