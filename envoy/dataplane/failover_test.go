@@ -731,6 +731,15 @@ func TestNoRetryAfterResponseStarted(t *testing.T) {
 	}
 }
 
+// testClock is a clock for Options.Clock that only the test moves.
+func testClock(start time.Time) (now func() time.Time, advance func(time.Duration)) {
+	var mu sync.Mutex
+	t := start
+	now = func() time.Time { mu.Lock(); defer mu.Unlock(); return t }
+	advance = func(d time.Duration) { mu.Lock(); t = t.Add(d); mu.Unlock() }
+	return now, advance
+}
+
 // TestOutlierEjectionAndProbe: a failing provider is ejected after three
 // failures (no more attempts reach it; requests go straight to b), probed
 // back in after base_ejection_time, and serves again once healthy.
@@ -738,10 +747,7 @@ func TestOutlierEjectionAndProbe(t *testing.T) {
 	var healthy atomic.Bool
 	// Outlier detection runs on a clock the test moves: the ejection lasts
 	// however long the requests take on a loaded machine.
-	var clockMu sync.Mutex
-	clock := time.Now()
-	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
-	advance := func(d time.Duration) { clockMu.Lock(); clock = clock.Add(d); clockMu.Unlock() }
+	now, advance := testClock(time.Now())
 	e := newFoEnv(t, map[string]http.HandlerFunc{
 		"a": func(w http.ResponseWriter, r *http.Request) {
 			if healthy.Load() {
@@ -801,9 +807,7 @@ func TestOutlierEjectionAndProbe(t *testing.T) {
 // 200 resets them), but the failure-percentage detector takes it out once
 // an interval of such answers has passed: the next request goes to b.
 func TestStreamCutterEjected(t *testing.T) {
-	var clockMu sync.Mutex
-	clock := time.Unix(1_800_000_000, 0)
-	now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+	now, advance := testClock(time.Unix(1_800_000_000, 0))
 	e := newFoEnv(t, map[string]http.HandlerFunc{
 		"a": func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("content-type", "text/event-stream")
@@ -833,9 +837,7 @@ func TestStreamCutterEjected(t *testing.T) {
 	if e.seen("a") != 4 || e.seen("b") != 0 {
 		t.Fatalf("a saw %d, b %d; want 4 and 0 (a cut stream is not retried)", e.seen("a"), e.seen("b"))
 	}
-	clockMu.Lock()
-	clock = clock.Add(time.Second)
-	clockMu.Unlock()
+	advance(time.Second)
 	resp, body, err := e.post(`{}`)
 	if err != nil || resp.StatusCode != 200 || !strings.Contains(string(body), `"b"`) {
 		t.Fatalf("after the interval: %v %s %v, want b's answer", resp, body, err)
