@@ -493,13 +493,9 @@ func (st *stream) route(ctx context.Context, body []byte, mr *modelRoute, t *tar
 	r.cr.HeaderMutation, r.cr.ClearRouteCache = hm, true
 	if len(edits) > 0 {
 		out := rewrite(body, edits, st.ownsBody)
-		// Envoy rejects a replaced body whose content-length disagrees.
-		r.clValue.Key, r.clValue.RawValue = "content-length", strconv.AppendInt(r.clDigits[:0], int64(len(out)), 10)
-		r.cl.Header, r.cl.AppendAction = &r.clValue, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-		hm.SetHeaders = append(hm.SetHeaders, &r.cl)
-		r.bodyMut.Body = out
-		r.bm.Mutation = &r.bodyMut
-		r.cr.BodyMutation = &r.bm
+		cl, bm := r.replace(out)
+		hm.SetHeaders = append(hm.SetHeaders, cl)
+		r.cr.BodyMutation = bm
 	}
 	r.br.Response = &r.cr
 	r.rb.RequestBody = &r.br
@@ -517,17 +513,34 @@ func (st *stream) route(ctx context.Context, body []byte, mr *modelRoute, t *tar
 // allocation where building them one by one takes about fifteen, on every
 // request. Never copied: the parts point at each other.
 type routeReply struct {
-	resp     extprocv3.ProcessingResponse
-	rb       extprocv3.ProcessingResponse_RequestBody
-	br       extprocv3.BodyResponse
-	cr       extprocv3.CommonResponse
-	hm       extprocv3.HeaderMutation
-	set      [4]*corev3.HeaderValueOption
-	cl       corev3.HeaderValueOption // content-length
+	resp extprocv3.ProcessingResponse
+	rb   extprocv3.ProcessingResponse_RequestBody
+	br   extprocv3.BodyResponse
+	cr   extprocv3.CommonResponse
+	hm   extprocv3.HeaderMutation
+	set  [4]*corev3.HeaderValueOption
+	bodyReplacement
+}
+
+// bodyReplacement is a body reply's replaced body and the content-length
+// that goes with it, allocated with the reply (routeReply, respBodyReply).
+type bodyReplacement struct {
+	cl       corev3.HeaderValueOption
 	clValue  corev3.HeaderValue
 	clDigits [20]byte
 	bm       extprocv3.BodyMutation
 	bodyMut  extprocv3.BodyMutation_Body
+}
+
+// replace makes out the body, and returns the content-length header to
+// set with it (Envoy rejects a replaced body whose content-length
+// disagrees) and the body mutation.
+func (r *bodyReplacement) replace(out []byte) (*corev3.HeaderValueOption, *extprocv3.BodyMutation) {
+	r.clValue.Key, r.clValue.RawValue = "content-length", strconv.AppendInt(r.clDigits[:0], int64(len(out)), 10)
+	r.cl.Header, r.cl.AppendAction = &r.clValue, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	r.bodyMut.Body = out
+	r.bm.Mutation = &r.bodyMut
+	return &r.cl, &r.bm
 }
 
 // unsupportedModel is the error for a model that exists but does not serve

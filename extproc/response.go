@@ -166,17 +166,13 @@ func (st *stream) jsonBody(ctx context.Context, b *extprocv3.HttpBody) *extprocv
 // allocation where building them one by one takes about ten, on every
 // non-streaming request. Never copied: the parts point at each other.
 type respBodyReply struct {
-	resp     extprocv3.ProcessingResponse
-	rb       extprocv3.ProcessingResponse_ResponseBody
-	br       extprocv3.BodyResponse
-	cr       extprocv3.CommonResponse
-	hm       extprocv3.HeaderMutation
-	set      [1]*corev3.HeaderValueOption
-	cl       corev3.HeaderValueOption // content-length
-	clValue  corev3.HeaderValue
-	clDigits [20]byte
-	bm       extprocv3.BodyMutation
-	bodyMut  extprocv3.BodyMutation_Body
+	resp extprocv3.ProcessingResponse
+	rb   extprocv3.ProcessingResponse_ResponseBody
+	br   extprocv3.BodyResponse
+	cr   extprocv3.CommonResponse
+	hm   extprocv3.HeaderMutation
+	set  [1]*corev3.HeaderValueOption
+	bodyReplacement
 }
 
 // renameModel sets, in r, the mutation that makes a JSON response's
@@ -190,13 +186,10 @@ func (st *stream) renameModel(body []byte, r *respBodyReply) {
 	}
 	out := make([]byte, 0, len(body)-len(m.Raw)+len(want))
 	out = append(append(append(out, body[:m.Index]...), want...), body[m.Index+len(m.Raw):]...)
-	r.clValue.Key, r.clValue.RawValue = "content-length", strconv.AppendInt(r.clDigits[:0], int64(len(out)), 10)
-	r.cl.Header, r.cl.AppendAction = &r.clValue, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-	r.set[0] = &r.cl
+	cl, bm := r.replace(out)
+	r.set[0] = cl
 	r.hm.SetHeaders = r.set[:]
-	r.bodyMut.Body = out
-	r.bm.Mutation = &r.bodyMut
-	r.cr.HeaderMutation, r.cr.BodyMutation = &r.hm, &r.bm
+	r.cr.HeaderMutation, r.cr.BodyMutation = &r.hm, bm
 	r.br.Response = &r.cr
 }
 
