@@ -548,15 +548,7 @@ func (s *Service) getItem(w http.ResponseWriter, r *http.Request, owner, id, ite
 		return
 	}
 	row, err := s.store.Item(r.Context(), owner, id, itemID)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		notFound(id).Write(w)
-		return
-	case errors.Is(err, ErrItemNotFound):
-		itemNotFound(id, itemID).Write(w)
-		return
-	case err != nil:
-		s.internal(w, "get item", err)
+	if s.itemFailed(w, err, "get item", id, itemID) {
 		return
 	}
 	b, err := s.openItem(id, row)
@@ -567,19 +559,27 @@ func (s *Service) getItem(w http.ResponseWriter, r *http.Request, owner, id, ite
 	writeJSON(w, b)
 }
 
+// itemFailed writes the answer to a store error about one item of a
+// conversation and reports whether there was one.
+func (s *Service) itemFailed(w http.ResponseWriter, err error, op, id, itemID string) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrNotFound):
+		notFound(id).Write(w)
+	case errors.Is(err, ErrItemNotFound):
+		itemNotFound(id, itemID).Write(w)
+	default:
+		s.internal(w, op, err)
+	}
+	return true
+}
+
 // deleteItem deletes one item and answers with the conversation, as
 // OpenAI does.
 func (s *Service) deleteItem(w http.ResponseWriter, r *http.Request, owner, id, itemID string) {
 	err := s.store.DeleteItem(r.Context(), owner, id, itemID)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		notFound(id).Write(w)
-		return
-	case errors.Is(err, ErrItemNotFound):
-		itemNotFound(id, itemID).Write(w)
-		return
-	case err != nil:
-		s.internal(w, "delete item", err)
+	if s.itemFailed(w, err, "delete item", id, itemID) {
 		return
 	}
 	s.get(w, r, owner, id)
