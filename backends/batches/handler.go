@@ -45,9 +45,8 @@ const (
 // the request is refused with 401.
 func (s *Service) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, ok := caller.From(r.Context())
-		if !ok || c.Owner == "" {
-			apierror.InvalidAPIKey("The request did not come through the gateway's authentication.").Write(w)
+		c, ok := caller.Of(w, r)
+		if !ok {
 			return
 		}
 		rest, ok := strings.CutPrefix(r.URL.Path, "/v1/batches")

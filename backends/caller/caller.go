@@ -48,6 +48,21 @@ func From(ctx context.Context) (Caller, bool) {
 	return c, ok
 }
 
+// Of returns the caller of r, from its context. Without one (a handler
+// mounted without Require) it answers 401, as Require would, and reports
+// false: a backend never serves a request it cannot attribute to an owner.
+func Of(w http.ResponseWriter, r *http.Request) (Caller, bool) {
+	c, ok := From(r.Context())
+	if !ok || c.Owner == "" {
+		errNoGateway.Write(w)
+		return Caller{}, false
+	}
+	return c, true
+}
+
+// errNoGateway answers a request that did not come through extproc.
+var errNoGateway = apierror.InvalidAPIKey("The request did not come through the gateway's authentication.")
+
 // With returns ctx carrying c (tests of handlers use it to skip Require).
 func With(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, ctxKey{}, c)
@@ -72,7 +87,7 @@ func Require(token string, log *slog.Logger, next http.Handler) http.Handler {
 		if !ValidToken(token, r.Header.Get(TokenHeader)) || owner == "" {
 			log.Warn("backend request without a valid gateway token refused", "method", r.Method, "path", r.URL.Path,
 				"remote", r.RemoteAddr)
-			apierror.InvalidAPIKey("The request did not come through the gateway's authentication.").Write(w)
+			errNoGateway.Write(w)
 			return
 		}
 		c := Caller{Owner: owner, KeyID: r.Header.Get(KeyIDHeader), Tier: r.Header.Get(TierHeader)}

@@ -1,10 +1,12 @@
 package caller
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -58,6 +60,38 @@ func TestRequire(t *testing.T) {
 			}
 			if got == nil || *got != (Caller{Owner: "owner-1", KeyID: "key-2", Tier: "gold"}) {
 				t.Fatalf("caller %+v, status %d", got, rec.Code)
+			}
+		})
+	}
+}
+
+func TestOf(t *testing.T) {
+	tests := []struct {
+		name   string
+		ctx    func(context.Context) context.Context
+		wantOK bool
+	}{
+		{"no caller", func(ctx context.Context) context.Context { return ctx }, false},
+		{"no owner", func(ctx context.Context) context.Context { return With(ctx, Caller{KeyID: "k"}) }, false},
+		{"a caller", func(ctx context.Context) context.Context { return With(ctx, Caller{Owner: "o", KeyID: "k"}) }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/v1/files", nil)
+			r = r.WithContext(tt.ctx(r.Context()))
+			w := httptest.NewRecorder()
+			c, ok := Of(w, r)
+			if ok != tt.wantOK {
+				t.Fatalf("ok = %v, want %v", ok, tt.wantOK)
+			}
+			if ok {
+				if c.Owner != "o" || w.Body.Len() != 0 {
+					t.Errorf("caller %+v, body %q", c, w.Body.String())
+				}
+				return
+			}
+			if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), `"code":"invalid_api_key"`) {
+				t.Errorf("answer %d %s, want 401 invalid_api_key", w.Code, w.Body.String())
 			}
 		})
 	}

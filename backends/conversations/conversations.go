@@ -156,9 +156,8 @@ func (s *Service) Append(ctx context.Context, owner, id string, items [][]byte) 
 func (s *Service) Handler() http.Handler { return http.HandlerFunc(s.serve) }
 
 func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
-	c, ok := caller.From(r.Context())
-	if !ok || c.Owner == "" {
-		apierror.InvalidAPIKey("The request did not come through the gateway's authentication.").Write(w)
+	c, ok := caller.Of(w, r)
+	if !ok {
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/conversations")

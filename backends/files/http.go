@@ -36,12 +36,11 @@ const (
 func (s *Store) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Store) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	c, ok := caller.From(r.Context())
-	if !ok || c.Owner == "" {
-		// Mounted without caller.Require: refuse rather than serve files
+	c, ok := caller.Of(w, r)
+	if !ok {
+		// Mounted without caller.Require: refused rather than serve files
 		// without an owner to filter on.
 		s.log.Error("files: request without a caller; is the handler behind caller.Require?", "path", r.URL.Path)
-		apierror.InvalidAPIKey("The request did not come through the gateway's authentication.").Write(w)
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, basePath)

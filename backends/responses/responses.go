@@ -252,9 +252,8 @@ func (s *Service) Handler() http.Handler {
 }
 
 func (s *Service) serve(w http.ResponseWriter, r *http.Request) {
-	c, ok := caller.From(r.Context())
-	if !ok || c.Owner == "" {
-		apierror.InvalidAPIKey("The request did not come through the gateway's authentication.").Write(w)
+	c, ok := caller.Of(w, r)
+	if !ok {
 		return
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/responses")

@@ -37,10 +37,9 @@ const (
 func (s *Service) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Service) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	c, ok := caller.From(r.Context())
-	if !ok || c.Owner == "" {
+	c, ok := caller.Of(w, r)
+	if !ok {
 		s.log.Error("vectorstores: request without a caller; is the handler behind caller.Require?", "path", r.URL.Path)
-		apierror.InvalidAPIKey("The request did not come through the gateway's authentication.").Write(w)
 		return
 	}
 	owner := c.Owner
