@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,6 +185,11 @@ func benchmark(ctx context.Context, o *options) error {
 	if o.phases["throughput"] {
 		r.throughput = runThroughput(ctx, o, r.systems)
 	}
+	if o.phases["profiles"] && syg.proc != nil && syg.skip == "" {
+		// Its misses are explained by its own profile, taken before it
+		// stops.
+		r.profiles = append(r.profiles, runProfiles(ctx, o, syg, b.pprofGRPCPort, b.tmp, "chat-c1", "chat-c16")...)
+	}
 	// The later phases run on switchyard alone.
 	if syg.proc != nil {
 		syg.proc.stop()
@@ -225,6 +231,8 @@ type bench struct {
 	// phases run on it alone.
 	syPort, pprofPort int
 	dataDir, key      string
+	// The profile port of switchyard-grpc (0 when it does not run).
+	pprofGRPCPort int
 }
 
 func fakeBase(port int) string { return fmt.Sprintf("http://127.0.0.1:%d/v1", port) }
@@ -324,7 +332,7 @@ func (b *bench) startSwitchyard() (*system, error) {
 // reaches ext_proc and the rate limit service over loopback TCP gRPC, as
 // Envoy reaches an ext_proc server in a deployment (`switchyard run` by
 // default uses an in-process channel). A second process, on its own port,
-// data directory, key and admin port, with no profile endpoint; the same
+// data directory, key, admin port and profile endpoint; the same
 // configuration but for the listener. It runs alongside switchyard in the
 // latency and streaming phases only.
 func (b *bench) startSwitchyardGRPC() (*system, error) {
@@ -350,7 +358,8 @@ func (b *bench) startSwitchyardGRPC() (*system, error) {
 		return syg, nil
 	}
 	logf("starting switchyard run --loopback-grpc")
-	if syg.proc, err = startSwitchyard(b.ctx, b.o.bin, cfg, dir, b.tmp, "switchyard-grpc", port, 0,
+	b.pprofGRPCPort, _ = freePort()
+	if syg.proc, err = startSwitchyard(b.ctx, b.o.bin, cfg, dir, b.tmp, "switchyard-grpc", port, b.pprofGRPCPort,
 		"--loopback-grpc", "--admin-listen", fmt.Sprintf("127.0.0.1:%d", adminPort)); err != nil {
 		syg.proc = nil
 		syg.skip = "not run: switchyard --loopback-grpc did not start: " + err.Error()
@@ -395,7 +404,7 @@ func (b *bench) runSwitchyardPhases(sy *system, maxConc int) {
 		return
 	}
 	if o.phases["profiles"] {
-		r.profiles = runProfiles(ctx, o, sy, b.pprofPort, b.tmp)
+		r.profiles = append(r.profiles, runProfiles(ctx, o, sy, b.pprofPort, b.tmp)...)
 	}
 	if m, err := readMem(syProc.pid()); err == nil {
 		r.memory = append(r.memory, memRow{"process of the latency, streaming and profile runs (non-streaming up to concurrency " + strconv.Itoa(maxConc) + ")", m, 0, 0})
@@ -582,26 +591,28 @@ func streamStats(c *streamCell) (ttfb, gap summary) {
 
 // profileOut is a CPU profile's top lines.
 type profileOut struct {
+	system                string // switchyard or switchyard-grpc
 	title, load, top, cum string
 	parts                 []part
 	total                 string
 	err                   string
 }
 
-// runProfiles takes CPU profiles of the running switchyard under
-// non-streaming load at concurrency 16 and under back-to-back streams.
-func runProfiles(ctx context.Context, o *options, sy *system, pprofPort int, tmp string) []profileOut {
+// runProfiles takes CPU profiles of a running switchyard (sy) under
+// non-streaming load at concurrency 1 and 16 and under back-to-back
+// streams, or only under the loads named in only.
+func runProfiles(ctx context.Context, o *options, sy *system, pprofPort int, tmp string, only ...string) []profileOut {
 	var out []profileOut
 	loads := []struct {
 		name, title, load string
 		run               func(ctx context.Context)
 	}{
-		{"chat-c1", "non-streaming chat, concurrency 1", "one request at a time, the latency runs' requests", func(ctx context.Context) {
+		{"chat-c1", chatC1, "one request at a time, the latency runs' requests", func(ctx context.Context) {
 			for ctx.Err() == nil {
 				sy.round(ctx, 1, 50, 0)
 			}
 		}},
-		{"chat-c16", "non-streaming chat, concurrency 16", "16 concurrent requests, the latency runs' requests", func(ctx context.Context) {
+		{"chat-c16", chatC16, "16 concurrent requests, the latency runs' requests", func(ctx context.Context) {
 			for ctx.Err() == nil {
 				sy.round(ctx, 16, 320, 0)
 			}
@@ -619,16 +630,19 @@ func runProfiles(ctx context.Context, o *options, sy *system, pprofPort int, tmp
 		}},
 	}
 	for _, l := range loads {
-		logf("profiling switchyard for %ds under %s load", o.profileSecs, l.title)
+		if len(only) > 0 && !slices.Contains(only, l.name) {
+			continue
+		}
+		logf("profiling %s for %ds under %s load", sy.name, o.profileSecs, l.title)
 		lctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { l.run(lctx); close(done) }()
 		time.Sleep(300 * time.Millisecond)
-		file := filepath.Join(tmp, "cpu-"+l.name+".pprof")
+		file := filepath.Join(tmp, "cpu-"+sy.name+"-"+l.name+".pprof")
 		err := fetch(ctx, fmt.Sprintf("http://127.0.0.1:%d/debug/cpu?seconds=%d", pprofPort, o.profileSecs), file)
 		cancel()
 		<-done
-		p := profileOut{title: l.title, load: l.load}
+		p := profileOut{system: sy.name, title: l.title, load: l.load}
 		if err != nil {
 			p.err = err.Error()
 		} else {

@@ -48,24 +48,27 @@ var components = []struct {
 	flat      bool
 }{
 	{"data plane: client connection and request handling (until the response is sent)", "net/http.(*conn).serve", false},
-	{"data plane: ext_proc client round trips (inside the above)", "github.com/switchyard-ai/switchyard/dataplane.(*processor).call", false},
-	{"data plane: stream-done work after the response (token charge, access log)", "github.com/switchyard-ai/switchyard/dataplane.(*requestState).finish.func1", false},
-	{"data plane: upstream connection (net/http client)", "net/http.(*persistConn).readLoop", false},
-	{"data plane: upstream connection writes", "net/http.(*persistConn).writeLoop", false},
-	{"data plane: access log", "github.com/switchyard-ai/switchyard/dataplane.(*requestState).logAccess", false},
-	{"extproc server: the Process stream (all phases)", "github.com/switchyard-ai/switchyard/extproc.(*Server).Process", false},
-	{"rate limiting: extproc's admission call (RLS client)", "github.com/switchyard-ai/switchyard/extproc.(*stream).admit", false},
-	{"rate limiting: extproc's prompt token estimate", "github.com/switchyard-ai/switchyard/extproc.estimatePromptTokens", false},
-	{"rate limiting: data plane's token charge at the end (RLS client)", "github.com/switchyard-ai/switchyard/dataplane.(*requestState).callRateLimit", false},
+	{"data plane: ext_proc filter round trips (inside the above; in process this is the ext_proc work itself)", dp + "(*processor).call", false},
+	{"data plane: stream-done work after the response (token charge, access log)", dp + "(*DataPlane).runStreamDone", false},
+	{"data plane: token charge at the end (rate limit call)", dp + "(*requestState).rateLimitStreamDone", false},
+	{"data plane: access log", dp + "(*requestState).logAccess", false},
+	{"data plane: upstream connection reads (net/http client)", "net/http.(*persistConn).readLoop", false},
+	{"data plane: upstream connection writes (net/http client)", "net/http.(*persistConn).writeLoop", false},
+	{"extproc: the ext_proc session's message handling (all phases)", "github.com/switchyard-ai/switchyard/extproc.(*Session).Handle", false},
+	{"extproc server: the gRPC Process stream (all phases, gRPC receive and send included)", "github.com/switchyard-ai/switchyard/extproc.(*Server).Process", false},
+	{"rate limiting: extproc's admission call", "github.com/switchyard-ai/switchyard/extproc.(*stream).admit", false},
 	{"rate limiting: the embedded rate limit service", "github.com/switchyard-ai/switchyard/ratelimit.(*Server).ShouldRateLimit", false},
-	{"gRPC transport: frame writer (loopyWriter)", "google.golang.org/grpc/internal/transport.(*loopyWriter).run", false},
-	{"protobuf marshal", "google.golang.org/protobuf/proto.MarshalOptions.marshal", false},
-	{"protobuf unmarshal", "google.golang.org/protobuf/proto.UnmarshalOptions.unmarshal", false},
+	{"gRPC transport: frame writer goroutines (loopyWriter, client and server)", "google.golang.org/grpc/internal/transport.(*loopyWriter).run", false},
+	{"gRPC transport: client frame reader", "google.golang.org/grpc/internal/transport.(*http2Client).reader", false},
+	{"gRPC transport: server frame reader", "google.golang.org/grpc/internal/transport.(*http2Server).HandleStreams", false},
 	{"garbage collector (background mark)", "runtime.gcBgMarkWorker", false},
 	{"Go scheduler: looking for work (runtime.findRunnable, incl. spinning)", "runtime.findRunnable", false},
 	{"Go scheduler: futex sleeps and wake-ups (flat)", "runtime.futex", true},
 	{"socket syscalls (flat time in the syscall itself)", "internal/runtime/syscall/linux.Syscall6", true},
 }
+
+// dp is the data plane's package path, as pprof names its functions.
+const dp = "github.com/switchyard-ai/switchyard/envoy/dataplane."
 
 // breakdown reads the components' shares from the whole cumulative table.
 func breakdown(ctx context.Context, o *options, bin, file string) ([]part, string) {

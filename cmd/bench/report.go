@@ -511,9 +511,10 @@ func profileHead(top string, n int) []string {
 	return rows
 }
 
-func (r *report) profile(title string) *profileOut {
+// profile is the profile of system taken under the load titled title.
+func (r *report) profile(system, title string) *profileOut {
 	for i := range r.profiles {
-		if r.profiles[i].title == title {
+		if r.profiles[i].system == system && r.profiles[i].title == title {
 			return &r.profiles[i]
 		}
 	}
@@ -542,7 +543,7 @@ func dominates(w func(string, ...any), label string, p *profileOut, rawTop strin
 			}
 			s = append(s, fmt.Sprintf("%s %.1f%%", x.label, x.pct))
 		}
-		w("share of switchyard's CPU samples: %s (%s). ", strings.Join(s, "; "), p.total)
+		w("share of %s's CPU samples: %s (%s). ", p.system, strings.Join(s, "; "), p.total)
 		rawTop = p.top
 	}
 	if rows := profileHead(rawTop, 2); len(rows) > 0 {
@@ -658,8 +659,8 @@ func (r *report) writeLatencyCPU(w func(string, ...any)) {
 		w("\n  Gateway CPU time per request (section 1), on a machine of %d cores shared with the load generator and the upstream: %s.\n",
 			r.machine.cores, strings.Join(cpu, "; "))
 	}
-	dominates(w, "CPU profile of switchyard, non-streaming chat at concurrency 1", r.profile("non-streaming chat, concurrency 1"), "")
-	dominates(w, "CPU profile of switchyard, non-streaming chat at concurrency 16", r.profile("non-streaming chat, concurrency 16"), "")
+	dominates(w, "CPU profile of switchyard, non-streaming chat at concurrency 1", r.profile("switchyard", chatC1), "")
+	dominates(w, "CPU profile of switchyard, non-streaming chat at concurrency 16", r.profile("switchyard", chatC16), "")
 }
 
 // writeGRPCLatencyTargets writes the same targets for switchyard-grpc, for
@@ -680,7 +681,7 @@ func (r *report) writeGRPCLatencyTargets(w func(string, ...any)) {
 
 func (r *report) writeStreamingTargets(w func(string, ...any)) {
 	w("\n**Streaming** (added over direct; target TTFB ≤ 1 ms, gap ≤ 0.1 ms)\n\n")
-	st := r.profile("streaming")
+	st := r.profile("switchyard", "streaming")
 	missed := false
 	for _, m := range streamModes(r.opts) {
 		at, ag, ok := r.streamAdded(m.name, "switchyard")
@@ -794,11 +795,15 @@ func (r *report) streamAdded(mode, name string) (ttfb, gap float64, ok bool) {
 
 func (r *report) writeProfiles(w func(string, ...any)) {
 	w("## CPU profiles\n\n")
-	w("Taken from the running `switchyard run` (its `SWITCHYARD_PPROF_LISTEN` loopback endpoint) for %d s under load from the same ", r.opts.profileSecs)
+	w("Taken from the running `switchyard run` and `switchyard run --loopback-grpc` (their `SWITCHYARD_PPROF_LISTEN` loopback endpoints) for %d s under load from the same ", r.opts.profileSecs)
 	w("load generator, and of the extproc benchmark with `go test -cpuprofile`. The whole process is profiled: data plane, ")
-	w("ext_proc server and the in-process gRPC channel between them.\n\n")
-	for _, p := range r.profiles {
-		w("### switchyard, %s (%s)\n\n", p.title, p.load)
+	w("ext_proc server and what carries ext_proc between them (a function call in process; grpc-go client and server over loopback TCP with --loopback-grpc).\n\n")
+	// switchyard's first: switchyard-grpc's are taken earlier, before its
+	// process stops.
+	profiles := slices.Clone(r.profiles)
+	slices.SortStableFunc(profiles, func(a, b profileOut) int { return cmp.Compare(a.system, b.system) })
+	for _, p := range profiles {
+		w("### %s, %s (%s)\n\n", p.system, p.title, p.load)
 		if p.err != "" {
 			w("Profile failed: %s\n\n", p.err)
 			continue
