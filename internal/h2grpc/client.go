@@ -76,6 +76,8 @@ type ClientConn struct {
 	// dialMu makes concurrent streams finding no usable connection wait
 	// for one dial instead of each dialing.
 	dialMu sync.Mutex
+	// testHookGoAway, if not nil, is called when a GOAWAY was handled.
+	testHookGoAway func()
 }
 
 var _ grpc.ClientConnInterface = (*ClientConn)(nil)
@@ -128,6 +130,17 @@ func (cc *ClientConn) pick(ctx context.Context) (*conn, error) {
 		return c, err
 	}
 	c, err := cc.dial(ctx)
+	if err == nil {
+		// The first stream waits for the server's SETTINGS, so that its
+		// stream limit is known before streams are opened against it.
+		select {
+		case <-c.ready:
+			err = c.deadErr()
+		case <-ctx.Done():
+			c.fail(ctx.Err())
+			err = ctx.Err()
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.FromContextError(ctx.Err()).Err()
@@ -173,11 +186,6 @@ func (cc *ClientConn) forget(c *conn) {
 		}
 	}
 }
-
-// release is told that c may have room for a stream again. Streams never
-// wait for room (a full connection makes the next stream dial), so there
-// is nothing to wake.
-func (cc *ClientConn) release(*conn) {}
 
 // callInfo is what the call options ask for.
 type callInfo struct {

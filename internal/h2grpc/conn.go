@@ -63,6 +63,11 @@ type conn struct {
 	// connection dies, waking writers waiting for window.
 	flowCh chan struct{}
 
+	// ready is closed once the server's first SETTINGS arrived (its
+	// stream limit is known) or the connection died.
+	ready     chan struct{}
+	readyOnce sync.Once
+
 	// Reader goroutine only.
 	connUnacked int
 	// recvWin is the stream window this client advertised.
@@ -112,6 +117,7 @@ func (cc *ClientConn) start(nc net.Conn) (*conn, error) {
 		peerInitWin:  defaultWindow,
 		peerMaxFrame: defaultMaxFrame,
 		flowCh:       make(chan struct{}),
+		ready:        make(chan struct{}),
 		recvWin:      int(cc.opts.InitialWindowSize),
 	}
 	c.bw = bufio.NewWriterSize(nc, ioBufSize)
@@ -331,7 +337,6 @@ func (c *conn) remove(s *stream) bool {
 	delete(c.streams, s.id)
 	idle := c.draining && len(c.streams) == 0
 	c.mu.Unlock()
-	c.cc.release(c)
 	if idle {
 		// A draining connection with no streams left is done.
 		c.nc.Close()
@@ -352,6 +357,7 @@ func (c *conn) fail(err error) {
 	c.streams = map[uint32]*stream{}
 	c.wakeFlow()
 	c.mu.Unlock()
+	c.readyOnce.Do(func() { close(c.ready) })
 	c.nc.Close()
 	c.cc.forget(c)
 	for _, s := range streams {
@@ -472,7 +478,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) {
 		})
 		return fr.WriteSettingsAck()
 	})
-	c.cc.release(c)
+	c.readyOnce.Do(func() { close(c.ready) })
 }
 
 // onGoAway stops new streams on c; the streams the server will not
@@ -491,6 +497,9 @@ func (c *conn) onGoAway(f *http2.GoAwayFrame) {
 	c.wakeFlow()
 	c.mu.Unlock()
 	c.cc.forget(c)
+	if h := c.cc.testHookGoAway; h != nil {
+		h()
+	}
 	err := status.Error(codes.Unavailable, fmt.Sprintf("the connection is draining due to GOAWAY (%v)", f.ErrCode))
 	for _, s := range refused {
 		s.finish(err, true)
