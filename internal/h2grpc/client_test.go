@@ -366,6 +366,35 @@ func TestClient(t *testing.T) {
 				t.Fatal("the server did not see the cancel")
 			}
 		}},
+		{"abandon", func(t *testing.T) {
+			// What the data plane does with a Process stream it is done
+			// with: the server sees the half-close, then the cancel.
+			seen := make(chan error, 2)
+			cc, _, _ := serve(t, func(s extprocv3.ExternalProcessor_ProcessServer) error {
+				if _, err := s.Recv(); err != nil {
+					return err
+				}
+				if err := s.Send(replyTo(bodyMsg([]byte("a")))); err != nil {
+					return err
+				}
+				_, err := s.Recv()
+				seen <- err
+				<-s.Context().Done()
+				seen <- s.Context().Err()
+				return nil
+			})
+			gs := process(context.Background(), t, cc)
+			exchange(t, gs, []byte("a"))
+			gs.(*grpc.GenericClientStream[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse]).ClientStream.(interface{ Abandon() }).Abandon()
+			if err := <-seen; err != io.EOF {
+				t.Fatalf("server Recv after Abandon: %v, want io.EOF", err)
+			}
+			if err := <-seen; !errors.Is(err, context.Canceled) {
+				t.Fatalf("server context after Abandon: %v, want canceled", err)
+			}
+			_, err := gs.Recv()
+			wantCode(t, "Recv after Abandon", err, codes.Canceled)
+		}},
 		{"graceful stop", func(t *testing.T) {
 			// One listener address, handed to whichever server is current:
 			// the new stream must reach the second server over a new

@@ -177,6 +177,39 @@ func (s *stream) CloseSend() error {
 	return nil
 }
 
+// Abandon ends the stream from the client's side as Envoy's ext_proc
+// filter does once it is done with it: half-close and RST_STREAM(CANCEL),
+// written together (grpc-go writes the same two frames for CloseSend
+// followed by cancelling the context, from its writer goroutine). The
+// stream then reports Canceled; the caller's later cancel of the context
+// costs nothing more.
+func (s *stream) Abandon() {
+	if !s.finish(status.Error(codes.Canceled, "grpc: the stream was abandoned"), true) {
+		return
+	}
+	if !s.c.remove(s) {
+		return
+	}
+	c := s.c
+	c.wmu.Lock()
+	var err error
+	if !s.sentEnd {
+		s.sentEnd = true
+		// An empty DATA frame takes no flow-control window.
+		err = c.wfr.WriteData(s.id, true, nil)
+	}
+	if err == nil {
+		err = c.wfr.WriteRSTStream(s.id, http2.ErrCodeCancel)
+	}
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(err)
+	}
+}
+
 func (s *stream) Context() context.Context { return s.ctx }
 
 // Header waits for the server's response headers.
