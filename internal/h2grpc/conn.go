@@ -146,7 +146,7 @@ func (cc *ClientConn) start(nc net.Conn) (*conn, error) {
 	return c, nil
 }
 
-// reserve takes a stream slot on c, false when c takes no new streams.
+// usable reports whether c takes a new stream; c.mu is held.
 func (c *conn) usable() bool {
 	return c.err == nil && !c.draining && uint32(len(c.streams)) < c.maxStreams
 }
@@ -157,7 +157,8 @@ func (c *conn) open(s *stream, hdrs func(enc *hpack.Encoder)) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
-	if c.err != nil || c.draining {
+	if !c.usable() {
+		// Dead, draining or full since it was picked.
 		c.mu.Unlock()
 		return errRetry
 	}
@@ -218,6 +219,17 @@ func (c *conn) writeData(s *stream, p []byte, end bool) error {
 			return err
 		}
 		c.wmu.Lock()
+		if n > 0 && s.isDone() {
+			// Reset (or ended by the server) since the window was taken:
+			// nothing more goes out on it, and the connection's share
+			// of the window is given back.
+			c.wmu.Unlock()
+			c.mu.Lock()
+			c.sendWin += int64(n)
+			c.wakeFlow()
+			c.mu.Unlock()
+			return io.EOF
+		}
 		chunk := p[:n]
 		p = p[n:]
 		for {
