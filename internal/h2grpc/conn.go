@@ -29,20 +29,31 @@ const (
 	ioBufSize       = 32 << 10
 )
 
-// conn is one HTTP/2 connection. Writers (the callers' goroutines) write
-// their frames under wmu; the reader goroutine demultiplexes what the
-// server sends.
+// conn is one HTTP/2 connection. Writers (the callers' goroutines) append
+// their frames to out under wmu and write them to the socket themselves;
+// the reader goroutine demultiplexes what the server sends.
+//
+// Writing is combined, as an event loop's one flush per pass is: the
+// writer that finds no write in progress becomes the flusher and writes
+// out everything appended, looping until nothing is left; a writer that
+// appends while a flush is in progress leaves its frames to that flusher
+// and returns. At concurrency 1 every message is its own write, from its
+// caller's goroutine; under load, many streams' frames share one write
+// and nobody waits for a socket write but the flusher. There is no writer
+// goroutine to wake.
 type conn struct {
 	cc *ClientConn
 	nc net.Conn
 
 	// Write side: everything below wmu is used only under it.
-	wmu  sync.Mutex
-	bw   *bufio.Writer
-	wfr  *http2.Framer
-	henc *hpack.Encoder
-	hbuf bytes.Buffer
-	fhdr [9]byte
+	wmu      sync.Mutex
+	out      []byte // frames not yet written
+	spare    []byte // the other buffer, swapped with out by the flusher
+	flushing bool   // a writer is writing out to the socket
+	wfr      *http2.Framer
+	henc     *hpack.Encoder
+	hbuf     bytes.Buffer
+	fhdr     [9]byte
 
 	mu sync.Mutex
 	// streams are the open streams by id; active counts them against the
@@ -120,23 +131,21 @@ func (cc *ClientConn) start(nc net.Conn) (*conn, error) {
 		ready:        make(chan struct{}),
 		recvWin:      int(cc.opts.InitialWindowSize),
 	}
-	c.bw = bufio.NewWriterSize(nc, ioBufSize)
-	c.wfr = http2.NewFramer(c.bw, nil)
+	c.wfr = http2.NewFramer((*outWriter)(c), nil)
 	c.henc = hpack.NewEncoder(&c.hbuf)
 	rfr := http2.NewFramer(nil, bufio.NewReaderSize(nc, ioBufSize))
 	rfr.SetReuseFrames()
 	rfr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	rfr.SetMaxReadFrameSize(defaultMaxFrame)
 
-	_, err := c.bw.WriteString(clientPreface)
-	if err == nil {
-		err = c.wfr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(cc.opts.InitialWindowSize)})
-	}
+	c.out = append(c.out, clientPreface...)
+	err := c.wfr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(cc.opts.InitialWindowSize)})
 	if err == nil && cc.opts.InitialConnWindowSize > defaultWindow {
 		err = c.wfr.WriteWindowUpdate(0, uint32(cc.opts.InitialConnWindowSize-defaultWindow))
 	}
 	if err == nil {
-		err = c.bw.Flush()
+		_, err = nc.Write(c.out)
+		c.out = c.out[:0]
 	}
 	if err != nil {
 		nc.Close()
@@ -151,15 +160,59 @@ func (c *conn) usable() bool {
 	return c.err == nil && !c.draining && uint32(len(c.streams)) < c.maxStreams
 }
 
-// open registers s under a new id and writes its HEADERS (not flushed:
+// outWriter is the Framer's writer: it appends to out (wmu held).
+type outWriter conn
+
+func (w *outWriter) Write(p []byte) (int, error) {
+	w.out = append(w.out, p...)
+	return len(p), nil
+}
+
+// unlockAndFlush releases wmu, first writing out what is buffered unless
+// another writer is doing so (which then writes this too), or flush is
+// false (a stream's HEADERS wait for its first message). An error kills
+// the connection.
+func (c *conn) unlockAndFlush(flush bool) error {
+	if !flush || c.flushing || len(c.out) == 0 {
+		c.wmu.Unlock()
+		return nil
+	}
+	c.flushing = true
+	for len(c.out) > 0 {
+		out := c.out
+		c.out = c.spare[:0]
+		c.wmu.Unlock()
+		_, err := c.nc.Write(out)
+		c.wmu.Lock()
+		if cap(out) <= maxKeptBuf {
+			c.spare = out[:0]
+		}
+		if err != nil {
+			c.flushing = false
+			c.out = c.out[:0]
+			c.wmu.Unlock()
+			c.fail(err)
+			return c.deadErr()
+		}
+	}
+	c.flushing = false
+	c.wmu.Unlock()
+	return nil
+}
+
+// maxKeptBuf bounds the write buffer kept for reuse; a larger one (a big
+// message's window-sized chunk) is left to the collector.
+const maxKeptBuf = 256 << 10
+
+// open registers s under a new id and appends its HEADERS (not flushed:
 // the first message or CloseSend flushes them with it).
 func (c *conn) open(s *stream, hdrs func(enc *hpack.Encoder)) error {
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.mu.Lock()
 	if !c.usable() {
 		// Dead, draining or full since it was picked.
 		c.mu.Unlock()
+		c.wmu.Unlock()
 		return errRetry
 	}
 	s.id = c.nextID
@@ -169,32 +222,24 @@ func (c *conn) open(s *stream, hdrs func(enc *hpack.Encoder)) error {
 	}
 	s.sendWin = c.peerInitWin
 	c.streams[s.id] = s
+	maxFrame := c.peerMaxFrame
 	c.mu.Unlock()
 	c.hbuf.Reset()
 	hdrs(c.henc)
 	block := c.hbuf.Bytes()
 	first := true
 	for first || len(block) > 0 {
-		n := min(len(block), c.peerMaxFrameLocked())
-		var err error
+		n := min(len(block), maxFrame)
+		// Writing into out cannot fail.
 		if first {
-			err = c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: block[:n], EndHeaders: n == len(block)})
+			_ = c.wfr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: block[:n], EndHeaders: n == len(block)})
 		} else {
-			err = c.wfr.WriteContinuation(s.id, n == len(block), block[:n])
-		}
-		if err != nil {
-			c.fail(err)
-			return c.deadErr()
+			_ = c.wfr.WriteContinuation(s.id, n == len(block), block[:n])
 		}
 		block, first = block[n:], false
 	}
+	c.wmu.Unlock()
 	return nil
-}
-
-func (c *conn) peerMaxFrameLocked() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.peerMaxFrame
 }
 
 // errRetry: the connection chosen takes no new streams after all; pick
@@ -242,22 +287,14 @@ func (c *conn) writeData(s *stream, p []byte, end bool) error {
 			h[0], h[1], h[2] = byte(f>>16), byte(f>>8), byte(f)
 			h[3], h[4] = byte(http2.FrameData), flags
 			binary.BigEndian.PutUint32(h[5:], s.id)
-			_, err = c.bw.Write(h[:])
-			if err == nil {
-				_, err = c.bw.Write(chunk[:f])
-			}
+			c.out = append(append(c.out, h[:]...), chunk[:f]...)
 			chunk = chunk[f:]
-			if err != nil || len(chunk) == 0 {
+			if len(chunk) == 0 {
 				break
 			}
 		}
-		if err == nil {
-			err = c.bw.Flush()
-		}
-		c.wmu.Unlock()
-		if err != nil {
-			c.fail(err)
-			return c.deadErr()
+		if err := c.unlockAndFlush(true); err != nil {
+			return err
 		}
 		if len(p) == 0 {
 			return nil
@@ -307,28 +344,18 @@ func (c *conn) wakeFlow() {
 	c.flowCh = make(chan struct{})
 }
 
-// writeControl writes one control frame and flushes it.
+// writeControl writes control frames and flushes them.
 func (c *conn) writeControl(write func(*http2.Framer) error) {
 	c.wmu.Lock()
-	err := write(c.wfr)
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	c.wmu.Unlock()
-	if err != nil {
-		c.fail(err)
-	}
+	_ = write(c.wfr) // into out: cannot fail
+	_ = c.unlockAndFlush(true)
 }
 
 // flush writes out what is buffered (a stream's HEADERS not yet followed
 // by data).
 func (c *conn) flush() {
 	c.wmu.Lock()
-	err := c.bw.Flush()
-	c.wmu.Unlock()
-	if err != nil {
-		c.fail(err)
-	}
+	_ = c.unlockAndFlush(true)
 }
 
 // reset ends s on the wire with RST_STREAM and forgets it.

@@ -192,22 +192,13 @@ func (s *stream) Abandon() {
 	}
 	c := s.c
 	c.wmu.Lock()
-	var err error
 	if !s.sentEnd {
 		s.sentEnd = true
 		// An empty DATA frame takes no flow-control window.
-		err = c.wfr.WriteData(s.id, true, nil)
+		_ = c.wfr.WriteData(s.id, true, nil)
 	}
-	if err == nil {
-		err = c.wfr.WriteRSTStream(s.id, http2.ErrCodeCancel)
-	}
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	c.wmu.Unlock()
-	if err != nil {
-		c.fail(err)
-	}
+	_ = c.wfr.WriteRSTStream(s.id, http2.ErrCodeCancel)
+	_ = c.unlockAndFlush(true)
 }
 
 func (s *stream) Context() context.Context { return s.ctx }
