@@ -1,13 +1,20 @@
 // Package h2grpc is a gRPC client for the data plane's calls to ext_proc and
 // the rate limit service, written as Envoy's own gRPC client (envoy_grpc)
-// works rather than as grpc-go's: the frames of a message are written
-// inline, on the caller's goroutine, under the connection's write lock,
-// into a buffer flushed once per message, and one reader goroutine per
+// works rather than as grpc-go's: a message's frames are encoded and
+// written on the caller's goroutine, and one reader goroutine per
 // connection demultiplexes what the server sends to the streams. grpc-go
 // hands every message to a writer goroutine (its loopyWriter), which must
 // be woken to write it: on a small machine each such hand-off is a futex
 // wake-up and often an inter-processor interrupt, paid several times per
 // request by the data plane.
+//
+// Writes are combined as an event loop's one flush per pass: a writer
+// appends its frames to the connection's buffer under the write lock, and
+// the writer that finds no write in progress writes out everything
+// buffered, looping until nothing is left; a writer that appends during
+// a write leaves its frames to that one. Alone, each message is one write
+// from its caller's goroutine; under load, several streams' frames share
+// one write. A stream's HEADERS go out with its first message.
 //
 // It speaks HTTP/2 with prior knowledge (h2c, as grpc-go's insecure
 // client): the connection preface, SETTINGS with the initial stream window
@@ -17,7 +24,10 @@
 // (a full connection makes the next stream dial another), the server's
 // maximum frame size, GOAWAY (new streams go to a new connection, streams
 // above the last stream id fail with UNAVAILABLE, the others finish) and
-// RST_STREAM(CANCEL) when a caller abandons a stream (its context ends).
+// RST_STREAM(CANCEL) when a caller abandons a stream (its context ends, or
+// Abandon). A stream that raced a GOAWAY is not retried (grpc-go retries
+// it transparently): it fails with UNAVAILABLE. There is no compression
+// and no keepalive.
 // A lost connection fails its streams with UNAVAILABLE and the next stream
 // dials again. Messages are length-prefixed and uncompressed, marshalled
 // by internal/protocodec; errors are grpc-go's status errors with the
@@ -33,6 +43,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -226,16 +237,17 @@ func (cc *ClientConn) Invoke(ctx context.Context, method string, args, reply any
 		return err
 	}
 	defer s.release()
-	if err := s.send(args, true); err != nil {
-		if err == errSendAfterEnd {
-			return s.RecvMsg(reply)
-		}
+	s.serverStreams = false
+	if err := s.send(args, true); err != nil && err != io.EOF {
 		return err
 	}
-	if err := s.RecvMsg(reply); err != nil {
-		return err
+	// RecvMsg waits for the end of the call after the one reply, and
+	// reports a failed send's status.
+	err = s.RecvMsg(reply)
+	if err == io.EOF {
+		err = status.Error(codes.Internal, "cardinality violation: expected <Response> received <EOF>")
 	}
-	return s.waitEnd()
+	return err
 }
 
 func (cc *ClientConn) newStream(ctx context.Context, method string, ci callInfo) (*stream, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -366,6 +367,64 @@ func TestClient(t *testing.T) {
 				t.Fatal("the server did not see the cancel")
 			}
 		}},
+		{"unary call with header and trailer", func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			rlsv3.RegisterRateLimitServiceServer(srv, rlsFunc(func(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+				_ = grpc.SetHeader(ctx, metadata.Pairs("h", "1"))
+				_ = grpc.SetTrailer(ctx, metadata.Pairs("t", "2"))
+				if req.GetDomain() == "deny" {
+					return nil, status.Error(codes.ResourceExhausted, "over the limit")
+				}
+				return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}, nil
+			}))
+			go srv.Serve(l)
+			defer srv.Stop()
+			cc := New(l.Addr().String(), Options{})
+			defer cc.Close()
+			var hdr, trl metadata.MD
+			resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(context.Background(),
+				&rlsv3.RateLimitRequest{Domain: "d"}, grpc.Header(&hdr), grpc.Trailer(&trl))
+			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+				t.Fatalf("ShouldRateLimit: %v, %v", resp, err)
+			}
+			if hdr.Get("h")[0] != "1" || trl.Get("t")[0] != "2" {
+				t.Fatalf("header %v, trailer %v", hdr, trl)
+			}
+			_, err = rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "deny"})
+			wantCode(t, "ShouldRateLimit refused", err, codes.ResourceExhausted)
+		}},
+		{"unix socket", func(t *testing.T) {
+			path := t.TempDir() + "/s.sock"
+			l, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			extprocv3.RegisterExternalProcessorServer(srv, &procServer{handle: echo})
+			go srv.Serve(l)
+			defer srv.Stop()
+			cc := New("unix:"+path, Options{})
+			defer cc.Close()
+			s := process(context.Background(), t, cc)
+			exchange(t, s, []byte("over a unix socket"))
+			finish(t, s)
+		}},
+		{"server unreachable", func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close()
+			cc := New(addr, Options{})
+			defer cc.Close()
+			_, err = extprocv3.NewExternalProcessorClient(cc).Process(context.Background())
+			wantCode(t, "Process to a closed port", err, codes.Unavailable)
+		}},
 		{"abandon", func(t *testing.T) {
 			// What the data plane does with a Process stream it is done
 			// with: the server sees the half-close, then the cancel.
@@ -453,6 +512,13 @@ func TestClient(t *testing.T) {
 	} {
 		t.Run(tc.name, tc.run)
 	}
+}
+
+// rlsFunc is a rate limit service answering with a function.
+type rlsFunc func(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error)
+
+func (f rlsFunc) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return f(ctx, req)
 }
 
 // switchListener hands the connections of one listener to the current one

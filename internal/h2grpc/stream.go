@@ -243,8 +243,32 @@ func (s *stream) flush() {
 }
 
 // RecvMsg receives the next message into m: io.EOF when the server ended
-// the stream with OK, its status error otherwise.
+// the stream with OK, its status error otherwise. Once it has returned an
+// error, the Header and Trailer call options have their metadata.
 func (s *stream) RecvMsg(m any) error {
+	err := s.recvMsg(m)
+	if err != nil {
+		s.setCallMetadata()
+	}
+	return err
+}
+
+// setCallMetadata fills the Header and Trailer call options' metadata.
+func (s *stream) setCallMetadata() {
+	if s.ci.header == nil && s.ci.trailer == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ci.header != nil {
+		*s.ci.header = s.header
+	}
+	if s.ci.trailer != nil {
+		*s.ci.trailer = s.trailer
+	}
+}
+
+func (s *stream) recvMsg(m any) error {
 	s.flush()
 	for {
 		s.mu.Lock()
@@ -278,7 +302,11 @@ func (s *stream) RecvMsg(m any) error {
 					return err
 				}
 				if !s.serverStreams {
-					return s.waitEnd()
+					err := s.waitEnd()
+					if err == nil {
+						s.setCallMetadata()
+					}
+					return err
 				}
 				return nil
 			}
