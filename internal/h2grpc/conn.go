@@ -200,6 +200,9 @@ func (c *conn) unlockAndFlush(flush bool) error {
 		c.wmu.Unlock()
 		_, err := c.nc.Write(out)
 		c.wmu.Lock()
+		// out becomes the spare buffer (out now holds what was the spare):
+		// never the buffer being filled.
+		c.spare = nil
 		if cap(out) <= maxKeptBuf {
 			c.spare = out[:0]
 		}
