@@ -303,14 +303,16 @@ func (cc *ClientConn) writeHeaders(enc *hpack.Encoder, method string, md metadat
 	}
 }
 
-// reserved are the headers the transport writes itself, which metadata may
-// not set (as grpc-go leaves them out).
+// reserved are the headers the transport writes itself, which metadata
+// does not carry (grpc-go's list, and HTTP/2's connection headers).
 func reserved(k string) bool {
-	if strings.HasPrefix(k, ":") || strings.HasPrefix(k, "grpc-") {
+	if strings.HasPrefix(k, ":") {
 		return true
 	}
 	switch k {
-	case "content-type", "user-agent", "te", "connection", "host":
+	case "content-type", "user-agent", "te", "connection", "host",
+		"grpc-message-type", "grpc-encoding", "grpc-accept-encoding", "grpc-message",
+		"grpc-status", "grpc-timeout", "grpc-status-details-bin":
 		return true
 	}
 	return false
