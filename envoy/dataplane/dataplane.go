@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +18,8 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/switchyard-ai/switchyard/internal/h2grpc"
 	"github.com/switchyard-ai/switchyard/internal/metrics"
 	// The hot path's gRPC messages marshal into pooled buffers.
 	_ "github.com/switchyard-ai/switchyard/internal/protocodec"
@@ -113,7 +112,7 @@ type DataPlane struct {
 	listeners map[string]*listenerRuntime
 
 	grpcMu    sync.Mutex
-	grpcConns map[string]*grpc.ClientConn
+	grpcConns map[string]*h2grpc.ClientConn
 
 	// framingToken marks the stand-ins of requests refused for their
 	// framing (framing.go).
@@ -152,7 +151,7 @@ func New(opts Options) *DataPlane {
 		transports: map[string]*transportEntry{},
 		hosts:      map[string]*hostHealth{},
 		listeners:  map[string]*listenerRuntime{},
-		grpcConns:  map[string]*grpc.ClientConn{},
+		grpcConns:  map[string]*h2grpc.ClientConn{},
 
 		framingToken: newFramingToken(),
 		adm:          newAdmission(opts),
@@ -374,7 +373,7 @@ func (d *DataPlane) Close() error {
 	for _, cc := range d.grpcConns {
 		errs = append(errs, cc.Close())
 	}
-	d.grpcConns = map[string]*grpc.ClientConn{}
+	d.grpcConns = map[string]*h2grpc.ClientConn{}
 	return errors.Join(errs...)
 }
 
@@ -397,7 +396,11 @@ func (d *DataPlane) localProcessor(name string) LocalProcessor {
 }
 
 // grpcConn returns the gRPC channel to a static cluster: an in-process one,
-// or a lazily connecting one that lives as long as the DataPlane.
+// or a lazily connecting one that lives as long as the DataPlane. The
+// latter is Envoy's kind of gRPC client (internal/h2grpc), which writes a
+// message's frames on the calling goroutine instead of handing them to a
+// writer goroutine as grpc-go's does: every request makes several small
+// exchanges on it, so per-message overhead is the gateway's latency.
 func (d *DataPlane) grpcConn(name string) (grpc.ClientConnInterface, error) {
 	if ch := d.opts.Channels[name]; ch != nil {
 		return ch, nil
@@ -411,26 +414,18 @@ func (d *DataPlane) grpcConn(name string) (grpc.ClientConnInterface, error) {
 	if !ok {
 		return nil, &missingError{kind: "cluster", name: name, from: "ext_proc", static: true}
 	}
-	target := addr
-	if !strings.HasPrefix(addr, "unix:") {
-		target = "passthrough:///" + addr
-	}
-	cc, err := grpc.NewClient(target, append(processorDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
-	if err != nil {
-		return nil, fmt.Errorf("static cluster %q: %w", name, err)
-	}
+	cc := h2grpc.New(addr, processorConnOptions())
 	d.grpcConns[name] = cc
 	return cc, nil
 }
 
-// processorDialOptions tune the gRPC connections to ext_proc and the rate
-// limit service: every request makes several small exchanges on them, so
-// per-message overhead is the gateway's latency. Static flow-control windows
-// (large enough for a whole buffered body) turn off gRPC's BDP estimator,
-// whose PING frames would otherwise ride along with this traffic.
-func processorDialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithInitialWindowSize(4 << 20),
-		grpc.WithInitialConnWindowSize(16 << 20),
+// processorConnOptions tune the connections to ext_proc and the rate limit
+// service: static flow-control windows large enough for a whole buffered
+// body (as the server's, internal/gateway), so a body needs no round trip
+// for window.
+func processorConnOptions() h2grpc.Options {
+	return h2grpc.Options{
+		InitialWindowSize:     4 << 20,
+		InitialConnWindowSize: 16 << 20,
 	}
 }

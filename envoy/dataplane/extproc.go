@@ -307,7 +307,22 @@ func (g *grpcStream) recv() (*extprocv3.ProcessingResponse, error) {
 	return g.reply, g.c.RecvMsg(g.reply)
 }
 
-func (g *grpcStream) closeSend() { _ = g.c.CloseSend() }
+// closeSend half-closes the stream; the processor cancels its context
+// right after. A stream that can do both in one write (internal/h2grpc's,
+// as Envoy's gRPC client closes and resets an ext_proc stream together)
+// is abandoned instead.
+func (g *grpcStream) closeSend() {
+	if gs, ok := g.c.(*grpc.GenericClientStream[extprocv3.ProcessingRequest, extprocv3.ProcessingResponse]); ok {
+		if a, ok := gs.ClientStream.(abandoner); ok {
+			a.Abandon()
+			return
+		}
+	}
+	_ = g.c.CloseSend()
+}
+
+// abandoner is a client stream that half-closes and resets at once.
+type abandoner interface{ Abandon() }
 
 // LocalProcessor is an ext_proc server in the data plane's process that the
 // filter calls directly, on the request's goroutine, instead of through a

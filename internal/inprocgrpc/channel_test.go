@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-ai/switchyard/internal/h2grpc"
 	"github.com/switchyard-ai/switchyard/internal/inprocgrpc"
 	// The real-gRPC backend ("tcp") marshals with the gateway's codec, as
 	// the gateway's loopback gRPC does.
@@ -45,6 +46,30 @@ type backend struct {
 var backends = []backend{
 	{"tcp", serveTCP},
 	{"inprocess", serveInProcess},
+	{"h2grpc", serveH2},
+}
+
+// serveH2 is the real grpc.Server over loopback TCP called through the data
+// plane's own client (internal/h2grpc), which must behave as grpc-go's.
+func serveH2(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) grpc.ClientConnInterface {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var opts []grpc.ServerOption
+	if maxRecv > 0 {
+		opts = append(opts, grpc.MaxRecvMsgSize(maxRecv))
+	}
+	srv := grpc.NewServer(opts...)
+	register(srv)
+	go srv.Serve(lis)
+	cc := h2grpc.New(lis.Addr().String(), h2grpc.Options{})
+	tb.Cleanup(func() {
+		cc.Close()
+		srv.Stop()
+	})
+	return cc
 }
 
 func serveTCP(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) grpc.ClientConnInterface {

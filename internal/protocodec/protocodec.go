@@ -159,3 +159,51 @@ func (b *bufferPool) Put(buf *[]byte) {
 	*buf = (*buf)[:0]
 	b.p.Put(buf)
 }
+
+// AppendMarshal appends v's wire form to b, as Marshal writes it (the
+// ext_proc shapes by hand, others by proto.Marshal), for a transport that
+// frames messages in buffers of its own (internal/h2grpc).
+func AppendMarshal(b []byte, v any) ([]byte, error) {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return b, fmt.Errorf("protocodec: cannot marshal %T: not a proto.Message", v)
+	}
+	switch r := m.(type) {
+	case *extprocv3.ProcessingResponse:
+		if _, ok := responseSize(r); ok {
+			return appendResponse(b, r)
+		}
+	case *extprocv3.ProcessingRequest:
+		if _, ok := requestSize(r); ok {
+			return appendRequest(b, r)
+		}
+	}
+	out, err := proto.MarshalOptions{}.MarshalAppend(b, m)
+	if err != nil {
+		return b, fmt.Errorf("protocodec: marshal %T: %w", v, err)
+	}
+	return out, nil
+}
+
+// UnmarshalBytes reads data into v, as Unmarshal does; nothing of data is
+// kept, so the caller may reuse it on return.
+func UnmarshalBytes(data []byte, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return fmt.Errorf("protocodec: cannot unmarshal into %T: not a proto.Message", v)
+	}
+	switch r := m.(type) {
+	case *extprocv3.ProcessingRequest:
+		if unmarshalProcessingRequest(data, r) {
+			return nil
+		}
+	case *extprocv3.ProcessingResponse:
+		if unmarshalProcessingResponse(data, r) {
+			return nil
+		}
+	}
+	if err := proto.Unmarshal(data, m); err != nil {
+		return fmt.Errorf("protocodec: unmarshal %T: %w", v, err)
+	}
+	return nil
+}
