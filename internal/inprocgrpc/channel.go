@@ -116,7 +116,7 @@ func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	for i := range desc.Methods {
 		name := desc.Methods[i].MethodName
 		s.methods[name] = &desc.Methods[i]
-		s.unary[name] = &unaryTransport{method: "/" + desc.ServiceName + "/" + name}
+		s.unary[name] = newUnaryTransport("/" + desc.ServiceName + "/" + name)
 	}
 	for i := range desc.Streams {
 		s.streams[desc.Streams[i].StreamName] = &desc.Streams[i]
@@ -155,10 +155,9 @@ func (c *Channel) Invoke(ctx context.Context, method string, args, reply any, op
 	sts := s.unary[name]
 	if sts.method != method {
 		// A name gRPC would have routed here too (no leading slash).
-		sts = &unaryTransport{method: method}
+		sts = newUnaryTransport(method)
 	}
-	sctx, cancel := serverContext(ctx, sts)
-	defer cancel()
+	sctx := unaryContext(ctx, sts)
 	dec := func(m any) error { return copyMessage(m, args, c.maxRecv) }
 	out, err := md.Handler(s.impl, sctx, dec, nil)
 	if err != nil {
@@ -269,6 +268,36 @@ func serverContext(client context.Context, sts grpc.ServerTransportStream) (cont
 	return ctx, func() { stop(); cancel() }
 }
 
+// unaryContext is a unary handler's context: the values of a server's
+// (the peer, the method's transport stream, the client's outgoing metadata
+// as incoming metadata) and the client's own deadline, cancellation and
+// error. The handler runs on the caller's goroutine within Invoke, so the
+// client's context is the call's lifetime, and its Err is the one the
+// client sees (DeadlineExceeded past the deadline, Canceled on cancel).
+// Unlike serverContext it derives no cancel context, timer or AfterFunc
+// per call (a rate limit call's seven allocations, three calls a request).
+func unaryContext(client context.Context, sts *unaryTransport) context.Context {
+	ctx := sts.ctx
+	if md, ok := metadata.FromOutgoingContext(client); ok {
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	return &callContext{Context: ctx, client: client}
+}
+
+// callContext takes its values from Context and its lifetime from client.
+type callContext struct {
+	context.Context
+	client context.Context
+}
+
+func (c *callContext) Deadline() (time.Time, bool) { return c.client.Deadline() }
+func (c *callContext) Done() <-chan struct{}       { return c.client.Done() }
+func (c *callContext) Err() error                  { return c.client.Err() }
+
+// AfterFunc lets contexts a handler derives follow the client's without a
+// goroutine each (context.WithCancel looks for it on its parent).
+func (c *callContext) AfterFunc(f func()) func() bool { return context.AfterFunc(c.client, f) }
+
 // handlerStatus is the status a handler's error ends its call with. As in
 // grpc.Server, a context error keeps its code (handlers commonly return
 // ctx.Err()) and any other non-status error is Unknown.
@@ -358,7 +387,18 @@ var _ net.Addr = inProcessAddr{}
 
 // unaryTransport lets a unary handler call grpc.Method; the header and
 // trailer calls are accepted and dropped (unary replies carry none here).
-type unaryTransport struct{ method string }
+type unaryTransport struct {
+	method string
+	// ctx is the values every call of the method starts from: the peer
+	// and the transport stream (this), the same for every call.
+	ctx context.Context
+}
+
+func newUnaryTransport(method string) *unaryTransport {
+	t := &unaryTransport{method: method}
+	t.ctx = grpc.NewContextWithServerTransportStream(peerContext, t)
+	return t
+}
 
 func (t *unaryTransport) Method() string                  { return t.method }
 func (t *unaryTransport) SetHeader(metadata.MD) error     { return nil }
