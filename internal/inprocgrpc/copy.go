@@ -182,10 +182,14 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3
 	}
 	var c *extprocv3.ProcessingRequest
 	var parts *bodyRequestParts
+	var hparts *headersRequestParts
 	switch m.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestBody, *extprocv3.ProcessingRequest_ResponseBody:
 		parts = a.requestParts()
 		c = &parts.msg
+	case *extprocv3.ProcessingRequest_RequestHeaders, *extprocv3.ProcessingRequest_ResponseHeaders:
+		hparts = &headersRequestParts{}
+		c = &hparts.msg
 	default:
 		c = &extprocv3.ProcessingRequest{}
 	}
@@ -216,12 +220,14 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3
 	switch r := m.Request.(type) {
 	case nil:
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		if h, ok = copyHttpHeaders(r.RequestHeaders); ok {
-			c.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+		if h, ok = copyHttpHeaders(r.RequestHeaders, hparts); ok {
+			hparts.rq.RequestHeaders = h
+			c.Request = &hparts.rq
 		}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		if h, ok = copyHttpHeaders(r.ResponseHeaders); ok {
-			c.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+		if h, ok = copyHttpHeaders(r.ResponseHeaders, hparts); ok {
+			hparts.rs.ResponseHeaders = h
+			c.Request = &hparts.rs
 		}
 	case *extprocv3.ProcessingRequest_RequestBody:
 		parts.rq.RequestBody, ok = copyHttpBody(r.RequestBody, &parts.body, a)
@@ -238,7 +244,18 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3
 	return c, true
 }
 
-func copyHttpHeaders(m *extprocv3.HttpHeaders) (*extprocv3.HttpHeaders, bool) {
+// headersRequestParts are the parts of a headers message's copy,
+// allocated together (two such messages a request).
+type headersRequestParts struct {
+	msg extprocv3.ProcessingRequest
+	rq  extprocv3.ProcessingRequest_RequestHeaders
+	rs  extprocv3.ProcessingRequest_ResponseHeaders
+	hh  extprocv3.HttpHeaders
+	hm  corev3.HeaderMap
+}
+
+// copyHttpHeaders copies m into p's HttpHeaders and HeaderMap.
+func copyHttpHeaders(m *extprocv3.HttpHeaders, p *headersRequestParts) (*extprocv3.HttpHeaders, bool) {
 	if m == nil {
 		return nil, true
 	}
@@ -246,25 +263,24 @@ func copyHttpHeaders(m *extprocv3.HttpHeaders) (*extprocv3.HttpHeaders, bool) {
 	if hasUnknown(m) || len(m.Attributes) > 0 {
 		return nil, false
 	}
-	c := &extprocv3.HttpHeaders{EndOfStream: m.EndOfStream}
+	c := &p.hh
+	c.EndOfStream = m.EndOfStream
 	if m.Headers != nil {
-		hm, ok := copyHeaderMap(m.Headers)
-		if !ok {
+		if !copyHeaderMap(m.Headers, &p.hm) {
 			return nil, false
 		}
-		c.Headers = hm
+		c.Headers = &p.hm
 	}
 	return c, true
 }
 
-// copyHeaderMap allocates the map's header values in one block.
-func copyHeaderMap(m *corev3.HeaderMap) (*corev3.HeaderMap, bool) {
+// copyHeaderMap copies m into c, the map's header values in one block.
+func copyHeaderMap(m, c *corev3.HeaderMap) bool {
 	if hasUnknown(m) {
-		return nil, false
+		return false
 	}
-	c := &corev3.HeaderMap{}
 	if m.Headers == nil {
-		return c, true
+		return true
 	}
 	vals := make([]corev3.HeaderValue, len(m.Headers))
 	c.Headers = make([]*corev3.HeaderValue, len(m.Headers))
@@ -273,14 +289,14 @@ func copyHeaderMap(m *corev3.HeaderMap) (*corev3.HeaderMap, bool) {
 		if h == nil {
 			// proto.Clone would fail on this too (a nil element of a
 			// repeated message field); let it.
-			return nil, false
+			return false
 		}
 		if !copyHeaderValue(&vals[i], h, &raw) {
-			return nil, false
+			return false
 		}
 		c.Headers[i] = &vals[i]
 	}
-	return c, true
+	return true
 }
 
 // rawBlock is memory for the raw values of hs, copied by copyHeaderValue:
