@@ -794,17 +794,27 @@ func copyRateLimitRequest(m *rlsv3.RateLimitRequest) (*rlsv3.RateLimitRequest, b
 	if m.Descriptors == nil {
 		return c, true
 	}
-	ds := make([]rlv3.RateLimitDescriptor, len(m.Descriptors))
+	// The descriptors with their overrides and hits, and the entries of
+	// all of them, each in one block: a rate limit call's request is a
+	// constant five allocations, whatever its descriptors.
+	cells := make([]descriptorCell, len(m.Descriptors))
 	c.Descriptors = make([]*rlv3.RateLimitDescriptor, len(m.Descriptors))
+	n := 0
+	for _, d := range m.Descriptors {
+		n += len(d.GetEntries())
+	}
+	es := make([]rlv3.RateLimitDescriptor_Entry, n)
+	eps := make([]*rlv3.RateLimitDescriptor_Entry, n)
 	for i, d := range m.Descriptors {
 		if d == nil || hasUnknown(d) {
 			return nil, false
 		}
-		cd := &ds[i]
+		cell := &cells[i]
+		cd := &cell.d
 		cd.IsNegativeHits = d.IsNegativeHits
 		if d.Entries != nil {
-			es := make([]rlv3.RateLimitDescriptor_Entry, len(d.Entries))
-			cd.Entries = make([]*rlv3.RateLimitDescriptor_Entry, len(d.Entries))
+			k := len(d.Entries)
+			cd.Entries = eps[:k:k]
 			for j, e := range d.Entries {
 				if e == nil || hasUnknown(e) {
 					return nil, false
@@ -812,22 +822,40 @@ func copyRateLimitRequest(m *rlsv3.RateLimitRequest) (*rlsv3.RateLimitRequest, b
 				es[j].Key, es[j].Value = e.Key, e.Value
 				cd.Entries[j] = &es[j]
 			}
+			es, eps = es[k:], eps[k:]
 		}
 		if l := d.Limit; l != nil {
 			if hasUnknown(l) || l.UnitMultiplier != nil {
 				return nil, false
 			}
-			cd.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+			cell.limit.RequestsPerUnit, cell.limit.Unit = l.RequestsPerUnit, l.Unit
+			cd.Limit = &cell.limit
 		}
 		if h := d.HitsAddend; h != nil {
 			if hasUnknown(h) {
 				return nil, false
 			}
-			cd.HitsAddend = &wrapperspb.UInt64Value{Value: h.Value}
+			cell.hits.Value = h.Value
+			cd.HitsAddend = &cell.hits
 		}
 		c.Descriptors[i] = cd
 	}
 	return c, true
+}
+
+// descriptorCell is a rate limit descriptor's copy and the messages it
+// points to.
+type descriptorCell struct {
+	d     rlv3.RateLimitDescriptor
+	limit rlv3.RateLimitDescriptor_RateLimitOverride
+	hits  wrapperspb.UInt64Value
+}
+
+// statusCell is a descriptor status's copy and the messages it points to.
+type statusCell struct {
+	s     rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
 }
 
 func copyRateLimitResponse(m *rlsv3.RateLimitResponse) (*rlsv3.RateLimitResponse, bool) {
@@ -845,25 +873,28 @@ func copyRateLimitResponse(m *rlsv3.RateLimitResponse) (*rlsv3.RateLimitResponse
 	if m.Statuses == nil {
 		return c, true
 	}
-	ss := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(m.Statuses))
+	ss := make([]statusCell, len(m.Statuses))
 	c.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(m.Statuses))
 	for i, st := range m.Statuses {
 		if st == nil || hasUnknown(st) || st.Quota != nil {
 			return nil, false
 		}
-		cs := &ss[i]
+		cell := &ss[i]
+		cs := &cell.s
 		cs.Code, cs.LimitRemaining = st.Code, st.LimitRemaining
 		if l := st.CurrentLimit; l != nil {
 			if hasUnknown(l) || l.UnitMultiplier != nil {
 				return nil, false
 			}
-			cs.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+			cell.limit.Name, cell.limit.RequestsPerUnit, cell.limit.Unit = l.Name, l.RequestsPerUnit, l.Unit
+			cs.CurrentLimit = &cell.limit
 		}
 		if d := st.DurationUntilReset; d != nil {
 			if hasUnknown(d) {
 				return nil, false
 			}
-			cs.DurationUntilReset = &durationpb.Duration{Seconds: d.Seconds, Nanos: d.Nanos}
+			cell.reset.Seconds, cell.reset.Nanos = d.Seconds, d.Nanos
+			cs.DurationUntilReset = &cell.reset
 		}
 		c.Statuses[i] = cs
 	}
