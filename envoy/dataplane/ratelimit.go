@@ -106,8 +106,15 @@ func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, ds []*ra
 // unsupported action, or hits that do not resolve to a positive number
 // (nothing to charge).
 func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.RateLimitDescriptor, bool) {
-	d := &ratelimitv3.RateLimitDescriptor{}
-	for _, a := range rl.GetActions() {
+	// The descriptor, its hits and its entries in three allocations (the
+	// entries and their pointers sized for every action, so that appending
+	// never moves them): built for every request that ends.
+	actions := rl.GetActions()
+	b := &descriptorParts{}
+	d := &b.d
+	entries := make([]ratelimitv3.RateLimitDescriptor_Entry, 0, len(actions))
+	d.Entries = make([]*ratelimitv3.RateLimitDescriptor_Entry, 0, len(actions))
+	for _, a := range actions {
 		var (
 			key, value string
 			ok         bool
@@ -142,7 +149,8 @@ func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.
 		if !ok {
 			return nil, false
 		}
-		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		entries = append(entries, ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		d.Entries = append(d.Entries, &entries[len(entries)-1])
 	}
 	if len(d.Entries) == 0 {
 		return nil, false
@@ -158,7 +166,8 @@ func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.
 		if !ok || hits == 0 {
 			return nil, false
 		}
-		d.HitsAddend = wrapperspb.UInt64(hits)
+		b.hits.Value = hits
+		d.HitsAddend = &b.hits
 	}
 	if dm := rl.GetLimit().GetDynamicMetadata(); dm != nil {
 		if o, ok := limitOverride(s.metadataValue(dm.GetMetadataKey())); ok {
@@ -166,6 +175,13 @@ func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.
 		}
 	}
 	return d, true
+}
+
+// descriptorParts are a stream-done descriptor and its hits, allocated
+// together.
+type descriptorParts struct {
+	d    ratelimitv3.RateLimitDescriptor
+	hits wrapperspb.UInt64Value
 }
 
 // metadataValue follows a metadata key's path through the request's
