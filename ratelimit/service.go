@@ -73,7 +73,7 @@ func NewServer(opts Options) *Server {
 	sm := newStatsManager()
 	cache := opts.Cache
 	if cache == nil {
-		cache = newMemoryCache(clock, sm)
+		cache = newMemoryCache(clock)
 	}
 	s := &Server{sm: sm, cache: cache, log: opts.Logger, events: make(chan provider.ConfigUpdateEvent)}
 	if s.log == nil {
