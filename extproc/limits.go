@@ -306,7 +306,7 @@ func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.Rate
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
-	resp, err := rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: ratelimit.Domain, Descriptors: ds})
+	resp, err := rls.ShouldRateLimit(cctx, limitRequest(ds))
 	if !local {
 		switch {
 		case err == nil:
@@ -324,6 +324,23 @@ func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.Rate
 		return nil, err
 	}
 	return resp.GetStatuses(), nil
+}
+
+// limitRequest is the RLS request for ds, allocated with its descriptor
+// list (admission's calls have one or two), so that ds, copied, stays the
+// caller's.
+func limitRequest(ds []*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	b := &struct {
+		req rlsv3.RateLimitRequest
+		ds  [2]*ratelimitv3.RateLimitDescriptor
+	}{}
+	b.req.Domain = ratelimit.Domain
+	if len(ds) <= len(b.ds) {
+		b.req.Descriptors = b.ds[:copy(b.ds[:], ds)]
+	} else {
+		b.req.Descriptors = slices.Clone(ds)
+	}
+	return &b.req
 }
 
 // skip reports whether an admission should not ask the limiter: it is down
