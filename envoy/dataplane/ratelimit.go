@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -94,12 +95,19 @@ func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, ds []*ra
 	// went away still used the tokens); the filter's timeout bounds the call.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.Context()), f.timeout)
 	defer cancel()
-	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      domain,
-		Descriptors: ds,
-	})
-	return err
+	// The call the generated client makes, without a client and an
+	// options slice made for each call.
+	call := &struct {
+		req  rlsv3.RateLimitRequest
+		resp rlsv3.RateLimitResponse
+	}{}
+	call.req.Domain, call.req.Descriptors = domain, ds
+	return conn.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &call.req, &call.resp, staticMethod...)
 }
+
+// staticMethod is the call option the generated clients pass: the method
+// name is a constant, fit for metric labels.
+var staticMethod = []grpc.CallOption{grpc.StaticMethod()}
 
 // rateLimitDescriptor builds one rate limit's descriptor. ok is false when
 // Envoy would produce none: an action without a value and no default, an
