@@ -110,10 +110,18 @@ func (c *MemoryCache) DoLimit(_ context.Context, req *rlsv3.RateLimitRequest, li
 	}
 	c.mu.Unlock()
 
-	// The statuses and their durations in one block.
+	// The statuses, their durations and the list in one block.
 	now = c.clock.UnixNow() // as the library reads the clock again for the reset
-	cells := make([]statusCell, n)
-	out := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	var (
+		cells []statusCell
+		out   []*rlsv3.RateLimitResponse_DescriptorStatus
+	)
+	if n <= len(statusBlock{}.cells) {
+		b := &statusBlock{}
+		cells, out = b.cells[:n], b.out[:n]
+	} else {
+		cells, out = make([]statusCell, n), make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	}
 	for i, l := range limits {
 		st := &cells[i].s
 		out[i] = st
@@ -136,6 +144,13 @@ func (c *MemoryCache) DoLimit(_ context.Context, req *rlsv3.RateLimitRequest, li
 		st.DurationUntilReset = &cells[i].reset
 	}
 	return out
+}
+
+// statusBlock is DoLimit's answer to a call of up to two descriptors
+// (Switchyard's calls), allocated together.
+type statusBlock struct {
+	cells [2]statusCell
+	out   [2]*rlsv3.RateLimitResponse_DescriptorStatus
 }
 
 // statusCell is a descriptor status and its duration until reset.
