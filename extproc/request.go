@@ -70,7 +70,9 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 		case name == ":path":
 			path = headerView(hv)
 		case name == "authorization":
-			authz = headerValue(hv)
+			// Read in place: only authenticate reads it, within this
+			// call (lookups hash it; an error message masks it).
+			authz = headerView(hv)
 			nAuth++
 		case name == "x-request-id":
 			st.requestID = headerValue(hv)
