@@ -13,15 +13,17 @@
 // unary calls only (which run on the caller's goroutine): its data plane
 // calls extproc's per-stream handler directly, on the request's goroutine,
 // with no hand-off at all (internal/gateway's localExtProc,
-// extproc.Session), and hands its messages to extproc as deep copies made
-// by this package's Copier, the copies the channel makes. The services and
+// extproc.Session), and hands its body messages to extproc as deep copies
+// made by this package's Copier, the copies the channel makes. The services and
 // their generated stubs are the same ones a network server runs; what the
 // channel keeps of gRPC's contract:
 //
 //   - messages are deep-copied, so sender and receiver never share memory
 //     (a sender may reuse a message once SendMsg returns, as on a wire);
 //   - outgoing metadata arrives as incoming metadata; deadlines and
-//     cancellation reach the server's context; a handler's error arrives as
+//     cancellation reach the server's context (a unary handler's context
+//     has the caller's deadline, cancellation and error: it runs within
+//     Invoke); a handler's error arrives as
 //     its status, a nil error as io.EOF after the last message;
 //   - receive-size limits (grpc.MaxCallRecvMsgSize on calls, Options on the
 //     server side) fail the call with ResourceExhausted;
