@@ -304,8 +304,12 @@ func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.Rate
 	if !local && l.skip() {
 		return nil, errLimiterSkipped
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
+	cctx := ctx
+	if m, ok := rls.(inMemoryLimiter); !ok || !m.InMemory() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
 	resp, err := rls.ShouldRateLimit(cctx, limitRequest(ds))
 	if !local {
 		switch {
@@ -325,6 +329,12 @@ func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.Rate
 	}
 	return resp.GetStatuses(), nil
 }
+
+// inMemoryLimiter is a Limiter that can say it answers from this
+// process's memory (ratelimit.Server on its MemoryCache: the embedded
+// service, the local fallback). Such a call cannot hang, so it is made
+// without the limiter timeout's context and timer (two calls a request).
+type inMemoryLimiter interface{ InMemory() bool }
 
 // limitRequest is the RLS request for ds, allocated with its descriptor
 // list (admission's calls have one or two), so that ds, copied, stays the

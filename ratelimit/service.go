@@ -147,6 +147,14 @@ func (s *Server) ConfigHandler(_ context.Context, version string, resources map[
 	return nil
 }
 
+// InMemory reports whether the counter store is this process's memory
+// (MemoryCache): a call then waits on nothing but a lock, so a caller
+// need not bound it with a timeout.
+func (s *Server) InMemory() bool {
+	_, ok := s.cache.(*MemoryCache)
+	return ok
+}
+
 // ShouldRateLimit implements the RLS API. The service turns counter-store
 // and configuration errors into gRPC errors itself but lets any other panic
 // through, which would take the whole process down with it; here it ends
