@@ -60,7 +60,10 @@ func (s *requestState) rateLimitStreamDone() {
 	if d := per.rateLimit.GetDomain(); d != "" {
 		domain = d
 	}
-	var descriptors []*ratelimitv3.RateLimitDescriptor
+	var (
+		call        *rateLimitCall
+		descriptors []*ratelimitv3.RateLimitDescriptor
+	)
 	for i, rl := range per.rateLimit.GetRateLimits() {
 		if rl.GetStage().GetValue() != f.config.GetStage() {
 			continue
@@ -70,13 +73,17 @@ func (s *requestState) rateLimitStreamDone() {
 			continue
 		}
 		if d, ok := s.rateLimitDescriptor(rl); ok {
+			if call == nil {
+				call = &rateLimitCall{}
+				descriptors = call.ds[:0]
+			}
 			descriptors = append(descriptors, d)
 		}
 	}
 	if len(descriptors) == 0 {
 		return
 	}
-	err := s.callRateLimit(f, domain, descriptors)
+	err := s.callRateLimit(f, domain, call, descriptors)
 	if err != nil {
 		s.log.Warn("ratelimit filter: stream-done call failed; usage not charged", "request_id", s.requestID,
 			"cluster", f.cluster, "error", err)
@@ -86,7 +93,16 @@ func (s *requestState) rateLimitStreamDone() {
 	}
 }
 
-func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, ds []*ratelimitv3.RateLimitDescriptor) error {
+// rateLimitCall is a stream-done call's request, response and room for
+// its descriptors (the control plane's routes have one), allocated
+// together.
+type rateLimitCall struct {
+	req  rlsv3.RateLimitRequest
+	resp rlsv3.RateLimitResponse
+	ds   [2]*ratelimitv3.RateLimitDescriptor
+}
+
+func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, call *rateLimitCall, ds []*ratelimitv3.RateLimitDescriptor) error {
 	conn, err := s.d.grpcConn(f.cluster)
 	if err != nil {
 		return err
@@ -97,10 +113,6 @@ func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, ds []*ra
 	defer cancel()
 	// The call the generated client makes, without a client and an
 	// options slice made for each call.
-	call := &struct {
-		req  rlsv3.RateLimitRequest
-		resp rlsv3.RateLimitResponse
-	}{}
 	call.req.Domain, call.req.Descriptors = domain, ds
 	return conn.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &call.req, &call.resp, staticMethod...)
 }
