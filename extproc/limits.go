@@ -304,9 +304,13 @@ func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.Rate
 	if !local && l.skip() {
 		return nil, errLimiterSkipped
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	resp, err := rls.ShouldRateLimit(cctx, &rlsv3.RateLimitRequest{Domain: ratelimit.Domain, Descriptors: ds})
+	cctx := ctx
+	if m, ok := rls.(inMemoryLimiter); !ok || !m.InMemory() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	resp, err := rls.ShouldRateLimit(cctx, limitRequest(ds))
 	if !local {
 		switch {
 		case err == nil:
@@ -324,6 +328,29 @@ func (l *limiter) call(ctx context.Context, rls Limiter, ds ...*ratelimitv3.Rate
 		return nil, err
 	}
 	return resp.GetStatuses(), nil
+}
+
+// inMemoryLimiter is a Limiter that can say it answers from this
+// process's memory (ratelimit.Server on its MemoryCache: the embedded
+// service, the local fallback). Such a call cannot hang, so it is made
+// without the limiter timeout's context and timer (two calls a request).
+type inMemoryLimiter interface{ InMemory() bool }
+
+// limitRequest is the RLS request for ds, allocated with its descriptor
+// list (admission's calls have one or two), so that ds, copied, stays the
+// caller's.
+func limitRequest(ds []*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	b := &struct {
+		req rlsv3.RateLimitRequest
+		ds  [2]*ratelimitv3.RateLimitDescriptor
+	}{}
+	b.req.Domain = ratelimit.Domain
+	if len(ds) <= len(b.ds) {
+		b.req.Descriptors = b.ds[:copy(b.ds[:], ds)]
+	} else {
+		b.req.Descriptors = slices.Clone(ds)
+	}
+	return &b.req
 }
 
 // skip reports whether an admission should not ask the limiter: it is down

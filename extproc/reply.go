@@ -74,29 +74,60 @@ func immediate(e *apierror.Error, extra ...string) *extprocv3.ProcessingResponse
 	}
 }
 
+// The reply builders allocate a reply with its oneof wrapper and its
+// HeadersResponse or BodyResponse together: one allocation instead of
+// three, for the four or five replies of every request. The parts point
+// at each other and are never copied.
+
 func requestHeadersReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
-		RequestHeaders: &extprocv3.HeadersResponse{Response: cr}}}
+	p := &struct {
+		resp extprocv3.ProcessingResponse
+		w    extprocv3.ProcessingResponse_RequestHeaders
+		hr   extprocv3.HeadersResponse
+	}{}
+	p.hr.Response, p.w.RequestHeaders, p.resp.Response = cr, &p.hr, &p.w
+	return &p.resp
 }
 
 func requestBodyReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: cr}}}
+	p := &struct {
+		resp extprocv3.ProcessingResponse
+		w    extprocv3.ProcessingResponse_RequestBody
+		br   extprocv3.BodyResponse
+	}{}
+	p.br.Response, p.w.RequestBody, p.resp.Response = cr, &p.br, &p.w
+	return &p.resp
 }
 
 func responseHeadersReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: cr}}}
+	p := &struct {
+		resp extprocv3.ProcessingResponse
+		w    extprocv3.ProcessingResponse_ResponseHeaders
+		hr   extprocv3.HeadersResponse
+	}{}
+	p.hr.Response, p.w.ResponseHeaders, p.resp.Response = cr, &p.hr, &p.w
+	return &p.resp
 }
 
 func responseBodyReply(cr *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
-		ResponseBody: &extprocv3.BodyResponse{Response: cr}}}
+	p := &struct {
+		resp extprocv3.ProcessingResponse
+		w    extprocv3.ProcessingResponse_ResponseBody
+		br   extprocv3.BodyResponse
+	}{}
+	p.br.Response, p.w.ResponseBody, p.resp.Response = cr, &p.br, &p.w
+	return &p.resp
 }
 
 // bodyMutation replaces the body (or the current chunk) with b.
 func bodyMutation(b []byte) *extprocv3.BodyMutation {
-	return &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: b}}
+	p := &struct {
+		m extprocv3.BodyMutation
+		b extprocv3.BodyMutation_Body
+	}{}
+	p.b.Body = b
+	p.m.Mutation = &p.b
+	return &p.m
 }
 
 // modeOverride returns the processing mode for the rest of the request with

@@ -70,7 +70,9 @@ func (st *stream) requestHeaders(ctx context.Context, h *extprocv3.HttpHeaders) 
 		case name == ":path":
 			path = headerView(hv)
 		case name == "authorization":
-			authz = headerValue(hv)
+			// Read in place: only authenticate reads it, within this
+			// call (lookups hash it; an error message masks it).
+			authz = headerView(hv)
 			nAuth++
 		case name == "x-request-id":
 			st.requestID = headerValue(hv)
@@ -309,22 +311,22 @@ func (s *Server) authenticate(ctx context.Context, authz string, n int, requestI
 	if n > 1 || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return keys.Key{}, false, apierror.InvalidAPIKey("Invalid authorization header. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 	}
-	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	defer cancel()
 	var err error
 	if internal = s.internalToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.internalToken)) == 1; internal {
 		if origin != catalog.OriginBatch && origin != catalog.OriginResponses {
 			s.log.Warn("extproc: internal call without a valid origin refused", "request_id", requestID)
 			return keys.Key{}, true, apierror.InvalidAPIKey("Internal calls must name their origin.")
 		}
+		lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 		k, err = s.keys.LookupOwner(lctx, onBehalfOf)
+		cancel()
 		if errors.Is(err, keys.ErrNotFound) {
 			// The owner's keys were revoked or expired since the batch or
 			// response started: its work stops with its access.
 			return keys.Key{}, true, apierror.InvalidAPIKey("The API key that owns this request has been revoked or has expired.")
 		}
 	} else {
-		k, err = s.keys.Lookup(lctx, token)
+		k, err = s.lookupKey(ctx, token)
 	}
 	switch {
 	case errors.Is(err, keys.ErrNotFound), err == nil && k.Revoked():
@@ -336,6 +338,25 @@ func (s *Server) authenticate(ctx context.Context, authz string, n int, requestI
 		return keys.Key{}, internal, errKeyStore
 	}
 	return k, internal, nil
+}
+
+// cachedKeys is a KeyLookup that can answer from memory (keys.Cache).
+type cachedKeys interface {
+	Cached(secret string) (k keys.Key, answered bool, err error)
+}
+
+// lookupKey looks the token's key up, bounded by lookupTimeout; a key the
+// lookup's cache answers for needs no timeout (nor its context's timer and
+// allocations, on every request of a cached key).
+func (s *Server) lookupKey(ctx context.Context, token string) (keys.Key, error) {
+	if c, ok := s.keys.(cachedKeys); ok {
+		if k, answered, err := c.Cached(token); answered {
+			return k, err
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	return s.keys.Lookup(lctx, token)
 }
 
 // isBackendPath reports whether p is served by the backends.

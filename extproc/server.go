@@ -246,19 +246,32 @@ func (s *Server) OpenSession(ctx context.Context, md grpcmd.MD) *Session {
 }
 
 func (s *Server) openSession(ctx context.Context, upstream bool, provider string, md grpcmd.MD) *Session {
-	ss := &Session{tr: s.startTrace(ctx, md, upstream)}
+	// The session and its phase's state are allocated together (two
+	// sessions a request); the session points at the state, never copied.
 	// Messages are the session's own (unmarshalled afresh, copied by the
 	// in-process channel, or handed over by OpenSession's caller), so the
 	// handlers may edit request bodies in place.
+	var ss *Session
 	if upstream {
-		u := newUpstreamStream(s, provider)
+		b := &struct {
+			ss Session
+			u  upstreamStream
+		}{u: upstreamStream{srv: s, providerName: provider}}
+		u := &b.u
 		u.ownsBody = true
+		ss = &b.ss
 		ss.h, ss.in = u, &u.in
 	} else {
-		st := newStream(s)
+		b := &struct {
+			ss Session
+			st stream
+		}{st: stream{srv: s}}
+		st := &b.st
 		st.ownsBody = true
+		ss = &b.ss
 		ss.h, ss.in = st, &st.in
 	}
+	ss.tr = s.startTrace(ctx, md, upstream)
 	return ss
 }
 

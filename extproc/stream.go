@@ -94,11 +94,24 @@ func (st *stream) chunkReplies() {
 	if st.passChunk != nil {
 		return
 	}
-	st.passChunk = responseBodyReply(nil)
-	st.editBody = &extprocv3.BodyMutation_Body{}
-	st.editChunk = responseBodyReply(&extprocv3.CommonResponse{
-		BodyMutation: &extprocv3.BodyMutation{Mutation: st.editBody},
-	})
+	p := &chunkReplyParts{}
+	p.passW.ResponseBody, p.pass.Response = &p.passBR, &p.passW
+	p.bm.Mutation, p.cr.BodyMutation = &p.body, &p.bm
+	p.editBR.Response, p.editW.ResponseBody, p.edit.Response = &p.cr, &p.editBR, &p.editW
+	st.passChunk, st.editChunk, st.editBody = &p.pass, &p.edit, &p.body
+}
+
+// chunkReplyParts are a stream's two reused chunk replies (as
+// responseBodyReply(nil) and responseBodyReply with a body mutation make
+// them) and their parts, allocated together: one allocation, not five.
+// The parts point at each other and are never copied.
+type chunkReplyParts struct {
+	pass, edit     extprocv3.ProcessingResponse
+	passW, editW   extprocv3.ProcessingResponse_ResponseBody
+	passBR, editBR extprocv3.BodyResponse
+	cr             extprocv3.CommonResponse
+	bm             extprocv3.BodyMutation
+	body           extprocv3.BodyMutation_Body
 }
 
 // handle answers one message. A panic in a phase is turned into a gRPC

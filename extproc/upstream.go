@@ -198,6 +198,16 @@ func (st *upstreamStream) requestHeaders(h *extprocv3.HttpHeaders, md *corev3.Me
 			prepared = headerView(hv)
 		}
 		if !vendorAllowed(prov, key) && !slices.Contains(remove, key) {
+			if remove == nil {
+				// Room for every header left and an OpenAI-kind
+				// attempt's own removals (preparedAttempt): one
+				// allocation, not one per doubling.
+				n := len(h.GetHeaders().GetHeaders())
+				if prov != nil {
+					n += len(prov.removeOpenAI)
+				}
+				remove = make([]string, 0, n)
+			}
 			remove = append(remove, key)
 		}
 	}
@@ -217,6 +227,20 @@ func (st *upstreamStream) requestHeaders(h *extprocv3.HttpHeaders, md *corev3.Me
 		return requestHeadersReply(nil)
 	}
 	return requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: &extprocv3.HeaderMutation{RemoveHeaders: remove}})
+}
+
+// preparedReply is preparedAttempt's reply and its parts, allocated
+// together (as requestHeadersReply's, with the CommonResponse, the
+// HeaderMutation and room for its three set headers): every attempt on a
+// prepared provider answers one. The parts point at each other and are
+// never copied.
+type preparedReply struct {
+	resp extprocv3.ProcessingResponse
+	w    extprocv3.ProcessingResponse_RequestHeaders
+	hr   extprocv3.HeadersResponse
+	cr   extprocv3.CommonResponse
+	hm   extprocv3.HeaderMutation
+	set  [3]*corev3.HeaderValueOption
 }
 
 // vendorAllowed reports whether a request header may reach the provider:
@@ -290,18 +314,21 @@ func (st *upstreamStream) preparedAttempt(path string, remove []string) *extproc
 		pathHeader = t.embedHeader
 	}
 	st.prov, st.model = p, m
-	hm := &extprocv3.HeaderMutation{
-		SetHeaders:    make([]*corev3.HeaderValueOption, 0, 3),
-		RemoveHeaders: p.removeOpenAI,
-	}
+	r := &preparedReply{}
+	hm := &r.hm
+	hm.SetHeaders, hm.RemoveHeaders = r.set[:0], p.removeOpenAI
 	if len(remove) > 0 {
-		hm.RemoveHeaders = append(slices.Clip(remove), p.removeOpenAI...)
+		// remove is this call's own (requestHeaders made it): appended
+		// to in place when it has the room.
+		hm.RemoveHeaders = append(remove, p.removeOpenAI...)
 	}
 	if p.authHeader != nil {
 		hm.SetHeaders = append(hm.SetHeaders, p.authHeader)
 	}
 	hm.SetHeaders = append(hm.SetHeaders, pathHeader, contentTypeJSON)
-	resp := requestHeadersReply(&extprocv3.CommonResponse{HeaderMutation: hm})
+	r.cr.HeaderMutation = hm
+	r.hr.Response, r.w.RequestHeaders, r.resp.Response = &r.cr, &r.hr, &r.w
+	resp := &r.resp
 	if !p.compared {
 		// Nothing reads this provider's health: no model chooses between
 		// it and another. The response headers would only feed it, and an

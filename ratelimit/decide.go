@@ -32,7 +32,19 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 		return nil, errors.New("no rate limit configuration loaded")
 	}
 	n := len(req.Descriptors)
-	limits := make([]*config.RateLimit, n)
+	// One allocation for the answer, its statuses and the limits of a call
+	// of up to two descriptors (Switchyard's calls; larger ones get their
+	// own slices). The answer keeps the limits alive with it: pointers to
+	// the configuration's, which it holds anyway.
+	blk := &decision{}
+	resp := &blk.resp
+	var limits []*config.RateLimit
+	if n <= len(blk.limits) {
+		limits, resp.Statuses = blk.limits[:n], blk.statuses[:n]
+	} else {
+		limits = make([]*config.RateLimit, n)
+		resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+	}
 	unlimited := make([]bool, n)
 	var replaced map[string]bool
 	for i, d := range req.Descriptors {
@@ -61,7 +73,6 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	if len(statuses) != n {
 		return nil, fmt.Errorf("ratelimit: the counter store answered %d statuses for %d descriptors", len(statuses), n)
 	}
-	resp := &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	overall := rlsv3.RateLimitResponse_OK
 	for i, st := range statuses {
 		switch {
@@ -83,4 +94,11 @@ func (s *Server) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv
 	}
 	resp.OverallCode = overall
 	return resp, nil
+}
+
+// decision is decide's answer and scratch in one block.
+type decision struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [2]*rlsv3.RateLimitResponse_DescriptorStatus
+	limits   [2]*config.RateLimit
 }

@@ -76,42 +76,53 @@ func KeyLimits(tiers map[string]config.Tier, k *keys.Key) (l Limits, ok bool) {
 // RequestsDescriptor is the requests-per-minute descriptor of a key:
 // tier, key_id. hits is how many requests to count (1 for admission).
 func RequestsDescriptor(tier, keyID string, l Limits, hits uint64) *ratelimitv3.RateLimitDescriptor {
-	d := &ratelimitv3.RateLimitDescriptor{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-			{Key: EntryTier, Value: tier},
-			{Key: EntryKeyID, Value: keyID},
-		},
-		HitsAddend: wrapperspb.UInt64(hits),
-	}
-	if l.CustomRPM {
-		d.Limit = perMinute(l.RPM)
-	}
-	return d
+	b := &requestsBlock{}
+	b.entries = [2]ratelimitv3.RateLimitDescriptor_Entry{{Key: EntryTier, Value: tier}, {Key: EntryKeyID, Value: keyID}}
+	b.ptrs = [2]*ratelimitv3.RateLimitDescriptor_Entry{&b.entries[0], &b.entries[1]}
+	return b.fill(b.ptrs[:], l.CustomRPM, l.RPM, hits)
 }
 
 // TokensDescriptor is the tokens-per-minute descriptor of a key:
 // usage=tokens, tier, key_id. hits is how many tokens to charge; 0 only
 // reads the counter ("check only", as at admission).
 func TokensDescriptor(tier, keyID string, l Limits, hits uint64) *ratelimitv3.RateLimitDescriptor {
-	d := &ratelimitv3.RateLimitDescriptor{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-			{Key: EntryUsage, Value: UsageTokens},
-			{Key: EntryTier, Value: tier},
-			{Key: EntryKeyID, Value: keyID},
-		},
-		HitsAddend: wrapperspb.UInt64(hits),
-	}
-	if l.CustomTPM {
-		d.Limit = perMinute(l.TPM)
-	}
-	return d
+	b := &tokensBlock{}
+	b.entries = [3]ratelimitv3.RateLimitDescriptor_Entry{{Key: EntryUsage, Value: UsageTokens}, {Key: EntryTier, Value: tier}, {Key: EntryKeyID, Value: keyID}}
+	b.ptrs = [3]*ratelimitv3.RateLimitDescriptor_Entry{&b.entries[0], &b.entries[1], &b.entries[2]}
+	return b.fill(b.ptrs[:], l.CustomTPM, l.TPM, hits)
 }
 
-func perMinute(n int64) *ratelimitv3.RateLimitDescriptor_RateLimitOverride {
-	return &ratelimitv3.RateLimitDescriptor_RateLimitOverride{
-		RequestsPerUnit: clampUint32(n),
-		Unit:            typev3.RateLimitUnit_MINUTE,
+// descriptorBlock holds a descriptor and the messages it points to in one
+// allocation (a descriptor is built for each of a request's three rate
+// limit calls, and field by field it was six allocations). The parts are
+// never copied, only pointed to; the block lives as long as any of them.
+type descriptorBlock struct {
+	d     ratelimitv3.RateLimitDescriptor
+	hits  wrapperspb.UInt64Value
+	limit ratelimitv3.RateLimitDescriptor_RateLimitOverride
+}
+
+type requestsBlock struct {
+	descriptorBlock
+	ptrs    [2]*ratelimitv3.RateLimitDescriptor_Entry
+	entries [2]ratelimitv3.RateLimitDescriptor_Entry
+}
+
+type tokensBlock struct {
+	descriptorBlock
+	ptrs    [3]*ratelimitv3.RateLimitDescriptor_Entry
+	entries [3]ratelimitv3.RateLimitDescriptor_Entry
+}
+
+func (b *descriptorBlock) fill(entries []*ratelimitv3.RateLimitDescriptor_Entry, custom bool, limit int64, hits uint64) *ratelimitv3.RateLimitDescriptor {
+	b.d.Entries = entries
+	b.hits.Value = hits
+	b.d.HitsAddend = &b.hits
+	if custom {
+		b.limit.RequestsPerUnit, b.limit.Unit = clampUint32(limit), typev3.RateLimitUnit_MINUTE
+		b.d.Limit = &b.limit
 	}
+	return &b.d
 }
 
 // TPMLimitMetadata is the value of MetaTPMLimit for a key with a custom

@@ -73,7 +73,7 @@ func NewServer(opts Options) *Server {
 	sm := newStatsManager()
 	cache := opts.Cache
 	if cache == nil {
-		cache = newMemoryCache(clock, sm)
+		cache = newMemoryCache(clock)
 	}
 	s := &Server{sm: sm, cache: cache, log: opts.Logger, events: make(chan provider.ConfigUpdateEvent)}
 	if s.log == nil {
@@ -145,6 +145,14 @@ func (s *Server) ConfigHandler(_ context.Context, version string, resources map[
 	}
 	s.log.Info("ratelimit: configuration loaded", "version", version, "resources", len(list))
 	return nil
+}
+
+// InMemory reports whether the counter store is this process's memory
+// (MemoryCache): a call then waits on nothing but a lock, so a caller
+// need not bound it with a timeout.
+func (s *Server) InMemory() bool {
+	_, ok := s.cache.(*MemoryCache)
+	return ok
 }
 
 // ShouldRateLimit implements the RLS API. The service turns counter-store

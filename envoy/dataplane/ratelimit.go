@@ -12,6 +12,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	metadatav3 "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -59,7 +60,10 @@ func (s *requestState) rateLimitStreamDone() {
 	if d := per.rateLimit.GetDomain(); d != "" {
 		domain = d
 	}
-	var descriptors []*ratelimitv3.RateLimitDescriptor
+	var (
+		call        *rateLimitCall
+		descriptors []*ratelimitv3.RateLimitDescriptor
+	)
 	for i, rl := range per.rateLimit.GetRateLimits() {
 		if rl.GetStage().GetValue() != f.config.GetStage() {
 			continue
@@ -69,13 +73,17 @@ func (s *requestState) rateLimitStreamDone() {
 			continue
 		}
 		if d, ok := s.rateLimitDescriptor(rl); ok {
+			if call == nil {
+				call = &rateLimitCall{}
+				descriptors = call.ds[:0]
+			}
 			descriptors = append(descriptors, d)
 		}
 	}
 	if len(descriptors) == 0 {
 		return
 	}
-	err := s.callRateLimit(f, domain, descriptors)
+	err := s.callRateLimit(f, domain, call, descriptors)
 	if err != nil {
 		s.log.Warn("ratelimit filter: stream-done call failed; usage not charged", "request_id", s.requestID,
 			"cluster", f.cluster, "error", err)
@@ -85,7 +93,16 @@ func (s *requestState) rateLimitStreamDone() {
 	}
 }
 
-func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, ds []*ratelimitv3.RateLimitDescriptor) error {
+// rateLimitCall is a stream-done call's request, response and room for
+// its descriptors (the control plane's routes have one), allocated
+// together.
+type rateLimitCall struct {
+	req  rlsv3.RateLimitRequest
+	resp rlsv3.RateLimitResponse
+	ds   [2]*ratelimitv3.RateLimitDescriptor
+}
+
+func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, call *rateLimitCall, ds []*ratelimitv3.RateLimitDescriptor) error {
 	conn, err := s.d.grpcConn(f.cluster)
 	if err != nil {
 		return err
@@ -94,20 +111,30 @@ func (s *requestState) callRateLimit(f *rateLimitFilter, domain string, ds []*ra
 	// went away still used the tokens); the filter's timeout bounds the call.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.r.Context()), f.timeout)
 	defer cancel()
-	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      domain,
-		Descriptors: ds,
-	})
-	return err
+	// The call the generated client makes, without a client and an
+	// options slice made for each call.
+	call.req.Domain, call.req.Descriptors = domain, ds
+	return conn.Invoke(ctx, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, &call.req, &call.resp, staticMethod...)
 }
+
+// staticMethod is the call option the generated clients pass: the method
+// name is a constant, fit for metric labels.
+var staticMethod = []grpc.CallOption{grpc.StaticMethod()}
 
 // rateLimitDescriptor builds one rate limit's descriptor. ok is false when
 // Envoy would produce none: an action without a value and no default, an
 // unsupported action, or hits that do not resolve to a positive number
 // (nothing to charge).
 func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.RateLimitDescriptor, bool) {
-	d := &ratelimitv3.RateLimitDescriptor{}
-	for _, a := range rl.GetActions() {
+	// The descriptor, its hits and its entries in three allocations (the
+	// entries and their pointers sized for every action, so that appending
+	// never moves them): built for every request that ends.
+	actions := rl.GetActions()
+	b := &descriptorParts{}
+	d := &b.d
+	entries := make([]ratelimitv3.RateLimitDescriptor_Entry, 0, len(actions))
+	d.Entries = make([]*ratelimitv3.RateLimitDescriptor_Entry, 0, len(actions))
+	for _, a := range actions {
 		var (
 			key, value string
 			ok         bool
@@ -142,7 +169,8 @@ func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.
 		if !ok {
 			return nil, false
 		}
-		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		entries = append(entries, ratelimitv3.RateLimitDescriptor_Entry{Key: key, Value: value})
+		d.Entries = append(d.Entries, &entries[len(entries)-1])
 	}
 	if len(d.Entries) == 0 {
 		return nil, false
@@ -158,7 +186,8 @@ func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.
 		if !ok || hits == 0 {
 			return nil, false
 		}
-		d.HitsAddend = wrapperspb.UInt64(hits)
+		b.hits.Value = hits
+		d.HitsAddend = &b.hits
 	}
 	if dm := rl.GetLimit().GetDynamicMetadata(); dm != nil {
 		if o, ok := limitOverride(s.metadataValue(dm.GetMetadataKey())); ok {
@@ -166,6 +195,13 @@ func (s *requestState) rateLimitDescriptor(rl *routev3.RateLimit) (*ratelimitv3.
 		}
 	}
 	return d, true
+}
+
+// descriptorParts are a stream-done descriptor and its hits, allocated
+// together.
+type descriptorParts struct {
+	d    ratelimitv3.RateLimitDescriptor
+	hits wrapperspb.UInt64Value
 }
 
 // metadataValue follows a metadata key's path through the request's

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -739,19 +740,36 @@ func streamTimeout() *apierror.Error {
 // readUpTo reads r until EOF or until more than limit bytes were read; over
 // reports the latter, with limit+1 bytes in the result. sizeHint is the
 // declared length, if any.
+//
+// A body of the declared length is read into a buffer of that length and
+// one byte, the room the read that finds EOF needs (bytes.Buffer.ReadFrom
+// wanted 512 bytes free for it, a request's two bodies each padded so),
+// and the limit is applied in place, without an io.LimitReader.
 func readUpTo(r io.Reader, limit, sizeHint int64) ([]byte, bool, error) {
-	var buf bytes.Buffer
+	var buf []byte
 	if sizeHint > 0 && sizeHint <= limit {
-		// ReadFrom wants MinRead bytes free before each read, the one that
-		// finds EOF included: without them a body of exactly the declared
-		// length would be copied into a buffer twice its size.
-		buf.Grow(int(sizeHint) + bytes.MinRead)
+		buf = make([]byte, 0, sizeHint+1)
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, false, err
+	left := limit + 1 // what may still be read: over shows as the one byte past limit
+	for left > 0 {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, max(bytes.MinRead, len(buf)))
+		}
+		room := buf[len(buf):cap(buf)]
+		if int64(len(room)) > left {
+			room = room[:left]
+		}
+		n, err := r.Read(room)
+		buf = buf[:len(buf)+n]
+		left -= int64(n)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, false, err
+		}
 	}
-	return buf.Bytes(), n > limit, nil
+	return buf, int64(len(buf)) > limit, nil
 }
 
 // reset aborts the downstream stream: an HTTP/2 RST_STREAM, or a closed

@@ -629,6 +629,10 @@ func (l embeddedLimiter) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimi
 	return l.s.ShouldRateLimit(ctx, in)
 }
 
+// InMemory lets extproc skip the limiter timeout for a service on its
+// in-memory store, which answers without waiting.
+func (l embeddedLimiter) InMemory() bool { return l.s.InMemory() }
+
 // hotPathServerOptions tune the gRPC servers every request crosses (ext_proc,
 // rate limits): each request opens short streams and exchanges small
 // messages, so per-stream and per-message overhead is the gateway's added

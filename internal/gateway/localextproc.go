@@ -22,12 +22,23 @@ func (l localExtProc) OpenSession(ctx context.Context, md metadata.MD) dataplane
 	return &localSession{s: l.srv.OpenSession(ctx, md)}
 }
 
-// localSession hands the data plane's messages to extproc as deep copies,
-// the in-process channel's (field by field, body copies from per-direction
-// blocks, inprocgrpc.Copier): the data plane reuses its messages once a
-// call returns (body chunks, the headers message refilled for the
-// response), while extproc keeps parts of what it receives and edits
-// request bodies in place.
+// localSession hands the data plane's body messages to extproc as deep
+// copies, the in-process channel's (field by field, body copies from
+// per-direction blocks, inprocgrpc.Copier): the data plane reuses its
+// messages once a call returns (body chunks, the headers message refilled
+// for the response), while extproc keeps parts of the bodies it receives
+// and edits request bodies in place.
+//
+// Headers messages are handed over as they are (a copy cost four
+// allocations and a few kilobytes each, four such messages a request),
+// because extproc keeps nothing of one past Handle that the data plane may
+// change: it reads header values in place only within the call
+// (headerView) and copies the ones it keeps (headerValue); what it keeps
+// as it is are strings, which nothing changes (header names, the string
+// values of the forwarded metadata, whose Structs the data plane replaces
+// rather than edits). A change to extproc that keeps a header value's
+// bytes, or a view of them, past Handle must copy them, or this must copy
+// headers messages again.
 //
 // extproc's replies are handed back as they are, which the data plane's
 // contract (dataplane.ExtProcSession) allows because extproc never changes
@@ -51,6 +62,10 @@ type localSession struct {
 }
 
 func (l *localSession) Handle(ctx context.Context, req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	switch req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders, *extprocv3.ProcessingRequest_ResponseHeaders:
+		return l.s.Handle(ctx, req)
+	}
 	return l.s.Handle(ctx, l.cp.Request(req))
 }
 

@@ -13,15 +13,17 @@
 // unary calls only (which run on the caller's goroutine): its data plane
 // calls extproc's per-stream handler directly, on the request's goroutine,
 // with no hand-off at all (internal/gateway's localExtProc,
-// extproc.Session), and hands its messages to extproc as deep copies made
-// by this package's Copier, the copies the channel makes. The services and
+// extproc.Session), and hands its body messages to extproc as deep copies
+// made by this package's Copier, the copies the channel makes. The services and
 // their generated stubs are the same ones a network server runs; what the
 // channel keeps of gRPC's contract:
 //
 //   - messages are deep-copied, so sender and receiver never share memory
 //     (a sender may reuse a message once SendMsg returns, as on a wire);
 //   - outgoing metadata arrives as incoming metadata; deadlines and
-//     cancellation reach the server's context; a handler's error arrives as
+//     cancellation reach the server's context (a unary handler's context
+//     has the caller's deadline, cancellation and error: it runs within
+//     Invoke); a handler's error arrives as
 //     its status, a nil error as io.EOF after the last message;
 //   - receive-size limits (grpc.MaxCallRecvMsgSize on calls, Options on the
 //     server side) fail the call with ResourceExhausted;
@@ -116,7 +118,7 @@ func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	for i := range desc.Methods {
 		name := desc.Methods[i].MethodName
 		s.methods[name] = &desc.Methods[i]
-		s.unary[name] = &unaryTransport{method: "/" + desc.ServiceName + "/" + name}
+		s.unary[name] = newUnaryTransport("/" + desc.ServiceName + "/" + name)
 	}
 	for i := range desc.Streams {
 		s.streams[desc.Streams[i].StreamName] = &desc.Streams[i]
@@ -155,10 +157,9 @@ func (c *Channel) Invoke(ctx context.Context, method string, args, reply any, op
 	sts := s.unary[name]
 	if sts.method != method {
 		// A name gRPC would have routed here too (no leading slash).
-		sts = &unaryTransport{method: method}
+		sts = newUnaryTransport(method)
 	}
-	sctx, cancel := serverContext(ctx, sts)
-	defer cancel()
+	sctx := unaryContext(ctx, sts)
 	dec := func(m any) error { return copyMessage(m, args, c.maxRecv) }
 	out, err := md.Handler(s.impl, sctx, dec, nil)
 	if err != nil {
@@ -269,6 +270,36 @@ func serverContext(client context.Context, sts grpc.ServerTransportStream) (cont
 	return ctx, func() { stop(); cancel() }
 }
 
+// unaryContext is a unary handler's context: the values of a server's
+// (the peer, the method's transport stream, the client's outgoing metadata
+// as incoming metadata) and the client's own deadline, cancellation and
+// error. The handler runs on the caller's goroutine within Invoke, so the
+// client's context is the call's lifetime, and its Err is the one the
+// client sees (DeadlineExceeded past the deadline, Canceled on cancel).
+// Unlike serverContext it derives no cancel context, timer or AfterFunc
+// per call (a rate limit call's seven allocations, three calls a request).
+func unaryContext(client context.Context, sts *unaryTransport) context.Context {
+	ctx := sts.ctx
+	if md, ok := metadata.FromOutgoingContext(client); ok {
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	return &callContext{Context: ctx, client: client}
+}
+
+// callContext takes its values from Context and its lifetime from client.
+type callContext struct {
+	context.Context
+	client context.Context
+}
+
+func (c *callContext) Deadline() (time.Time, bool) { return c.client.Deadline() }
+func (c *callContext) Done() <-chan struct{}       { return c.client.Done() }
+func (c *callContext) Err() error                  { return c.client.Err() }
+
+// AfterFunc lets contexts a handler derives follow the client's without a
+// goroutine each (context.WithCancel looks for it on its parent).
+func (c *callContext) AfterFunc(f func()) func() bool { return context.AfterFunc(c.client, f) }
+
 // handlerStatus is the status a handler's error ends its call with. As in
 // grpc.Server, a context error keeps its code (handlers commonly return
 // ctx.Err()) and any other non-status error is Unknown.
@@ -358,7 +389,18 @@ var _ net.Addr = inProcessAddr{}
 
 // unaryTransport lets a unary handler call grpc.Method; the header and
 // trailer calls are accepted and dropped (unary replies carry none here).
-type unaryTransport struct{ method string }
+type unaryTransport struct {
+	method string
+	// ctx is the values every call of the method starts from: the peer
+	// and the transport stream (this), the same for every call.
+	ctx context.Context
+}
+
+func newUnaryTransport(method string) *unaryTransport {
+	t := &unaryTransport{method: method}
+	t.ctx = grpc.NewContextWithServerTransportStream(peerContext, t)
+	return t
+}
 
 func (t *unaryTransport) Method() string                  { return t.method }
 func (t *unaryTransport) SetHeader(metadata.MD) error     { return nil }

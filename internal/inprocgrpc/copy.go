@@ -182,10 +182,14 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3
 	}
 	var c *extprocv3.ProcessingRequest
 	var parts *bodyRequestParts
+	var hparts *headersRequestParts
 	switch m.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestBody, *extprocv3.ProcessingRequest_ResponseBody:
 		parts = a.requestParts()
 		c = &parts.msg
+	case *extprocv3.ProcessingRequest_RequestHeaders, *extprocv3.ProcessingRequest_ResponseHeaders:
+		hparts = &headersRequestParts{}
+		c = &hparts.msg
 	default:
 		c = &extprocv3.ProcessingRequest{}
 	}
@@ -216,12 +220,14 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3
 	switch r := m.Request.(type) {
 	case nil:
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		if h, ok = copyHttpHeaders(r.RequestHeaders); ok {
-			c.Request = &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: h}
+		if h, ok = copyHttpHeaders(r.RequestHeaders, hparts); ok {
+			hparts.rq.RequestHeaders = h
+			c.Request = &hparts.rq
 		}
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
-		if h, ok = copyHttpHeaders(r.ResponseHeaders); ok {
-			c.Request = &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: h}
+		if h, ok = copyHttpHeaders(r.ResponseHeaders, hparts); ok {
+			hparts.rs.ResponseHeaders = h
+			c.Request = &hparts.rs
 		}
 	case *extprocv3.ProcessingRequest_RequestBody:
 		parts.rq.RequestBody, ok = copyHttpBody(r.RequestBody, &parts.body, a)
@@ -238,7 +244,18 @@ func copyProcessingRequest(m *extprocv3.ProcessingRequest, a *arena) (*extprocv3
 	return c, true
 }
 
-func copyHttpHeaders(m *extprocv3.HttpHeaders) (*extprocv3.HttpHeaders, bool) {
+// headersRequestParts are the parts of a headers message's copy,
+// allocated together (two such messages a request).
+type headersRequestParts struct {
+	msg extprocv3.ProcessingRequest
+	rq  extprocv3.ProcessingRequest_RequestHeaders
+	rs  extprocv3.ProcessingRequest_ResponseHeaders
+	hh  extprocv3.HttpHeaders
+	hm  corev3.HeaderMap
+}
+
+// copyHttpHeaders copies m into p's HttpHeaders and HeaderMap.
+func copyHttpHeaders(m *extprocv3.HttpHeaders, p *headersRequestParts) (*extprocv3.HttpHeaders, bool) {
 	if m == nil {
 		return nil, true
 	}
@@ -246,25 +263,24 @@ func copyHttpHeaders(m *extprocv3.HttpHeaders) (*extprocv3.HttpHeaders, bool) {
 	if hasUnknown(m) || len(m.Attributes) > 0 {
 		return nil, false
 	}
-	c := &extprocv3.HttpHeaders{EndOfStream: m.EndOfStream}
+	c := &p.hh
+	c.EndOfStream = m.EndOfStream
 	if m.Headers != nil {
-		hm, ok := copyHeaderMap(m.Headers)
-		if !ok {
+		if !copyHeaderMap(m.Headers, &p.hm) {
 			return nil, false
 		}
-		c.Headers = hm
+		c.Headers = &p.hm
 	}
 	return c, true
 }
 
-// copyHeaderMap allocates the map's header values in one block.
-func copyHeaderMap(m *corev3.HeaderMap) (*corev3.HeaderMap, bool) {
+// copyHeaderMap copies m into c, the map's header values in one block.
+func copyHeaderMap(m, c *corev3.HeaderMap) bool {
 	if hasUnknown(m) {
-		return nil, false
+		return false
 	}
-	c := &corev3.HeaderMap{}
 	if m.Headers == nil {
-		return c, true
+		return true
 	}
 	vals := make([]corev3.HeaderValue, len(m.Headers))
 	c.Headers = make([]*corev3.HeaderValue, len(m.Headers))
@@ -273,14 +289,14 @@ func copyHeaderMap(m *corev3.HeaderMap) (*corev3.HeaderMap, bool) {
 		if h == nil {
 			// proto.Clone would fail on this too (a nil element of a
 			// repeated message field); let it.
-			return nil, false
+			return false
 		}
 		if !copyHeaderValue(&vals[i], h, &raw) {
-			return nil, false
+			return false
 		}
 		c.Headers[i] = &vals[i]
 	}
-	return c, true
+	return true
 }
 
 // rawBlock is memory for the raw values of hs, copied by copyHeaderValue:
@@ -778,17 +794,27 @@ func copyRateLimitRequest(m *rlsv3.RateLimitRequest) (*rlsv3.RateLimitRequest, b
 	if m.Descriptors == nil {
 		return c, true
 	}
-	ds := make([]rlv3.RateLimitDescriptor, len(m.Descriptors))
+	// The descriptors with their overrides and hits, and the entries of
+	// all of them, each in one block: a rate limit call's request is a
+	// constant five allocations, whatever its descriptors.
+	cells := make([]descriptorCell, len(m.Descriptors))
 	c.Descriptors = make([]*rlv3.RateLimitDescriptor, len(m.Descriptors))
+	n := 0
+	for _, d := range m.Descriptors {
+		n += len(d.GetEntries())
+	}
+	es := make([]rlv3.RateLimitDescriptor_Entry, n)
+	eps := make([]*rlv3.RateLimitDescriptor_Entry, n)
 	for i, d := range m.Descriptors {
 		if d == nil || hasUnknown(d) {
 			return nil, false
 		}
-		cd := &ds[i]
+		cell := &cells[i]
+		cd := &cell.d
 		cd.IsNegativeHits = d.IsNegativeHits
 		if d.Entries != nil {
-			es := make([]rlv3.RateLimitDescriptor_Entry, len(d.Entries))
-			cd.Entries = make([]*rlv3.RateLimitDescriptor_Entry, len(d.Entries))
+			k := len(d.Entries)
+			cd.Entries = eps[:k:k]
 			for j, e := range d.Entries {
 				if e == nil || hasUnknown(e) {
 					return nil, false
@@ -796,22 +822,40 @@ func copyRateLimitRequest(m *rlsv3.RateLimitRequest) (*rlsv3.RateLimitRequest, b
 				es[j].Key, es[j].Value = e.Key, e.Value
 				cd.Entries[j] = &es[j]
 			}
+			es, eps = es[k:], eps[k:]
 		}
 		if l := d.Limit; l != nil {
 			if hasUnknown(l) || l.UnitMultiplier != nil {
 				return nil, false
 			}
-			cd.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+			cell.limit.RequestsPerUnit, cell.limit.Unit = l.RequestsPerUnit, l.Unit
+			cd.Limit = &cell.limit
 		}
 		if h := d.HitsAddend; h != nil {
 			if hasUnknown(h) {
 				return nil, false
 			}
-			cd.HitsAddend = &wrapperspb.UInt64Value{Value: h.Value}
+			cell.hits.Value = h.Value
+			cd.HitsAddend = &cell.hits
 		}
 		c.Descriptors[i] = cd
 	}
 	return c, true
+}
+
+// descriptorCell is a rate limit descriptor's copy and the messages it
+// points to.
+type descriptorCell struct {
+	d     rlv3.RateLimitDescriptor
+	limit rlv3.RateLimitDescriptor_RateLimitOverride
+	hits  wrapperspb.UInt64Value
+}
+
+// statusCell is a descriptor status's copy and the messages it points to.
+type statusCell struct {
+	s     rlsv3.RateLimitResponse_DescriptorStatus
+	limit rlsv3.RateLimitResponse_RateLimit
+	reset durationpb.Duration
 }
 
 func copyRateLimitResponse(m *rlsv3.RateLimitResponse) (*rlsv3.RateLimitResponse, bool) {
@@ -829,25 +873,28 @@ func copyRateLimitResponse(m *rlsv3.RateLimitResponse) (*rlsv3.RateLimitResponse
 	if m.Statuses == nil {
 		return c, true
 	}
-	ss := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(m.Statuses))
+	ss := make([]statusCell, len(m.Statuses))
 	c.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(m.Statuses))
 	for i, st := range m.Statuses {
 		if st == nil || hasUnknown(st) || st.Quota != nil {
 			return nil, false
 		}
-		cs := &ss[i]
+		cell := &ss[i]
+		cs := &cell.s
 		cs.Code, cs.LimitRemaining = st.Code, st.LimitRemaining
 		if l := st.CurrentLimit; l != nil {
 			if hasUnknown(l) || l.UnitMultiplier != nil {
 				return nil, false
 			}
-			cs.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+			cell.limit.Name, cell.limit.RequestsPerUnit, cell.limit.Unit = l.Name, l.RequestsPerUnit, l.Unit
+			cs.CurrentLimit = &cell.limit
 		}
 		if d := st.DurationUntilReset; d != nil {
 			if hasUnknown(d) {
 				return nil, false
 			}
-			cs.DurationUntilReset = &durationpb.Duration{Seconds: d.Seconds, Nanos: d.Nanos}
+			cell.reset.Seconds, cell.reset.Nanos = d.Seconds, d.Nanos
+			cs.DurationUntilReset = &cell.reset
 		}
 		c.Statuses[i] = cs
 	}

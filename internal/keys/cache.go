@@ -177,17 +177,12 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 		return Key{}, ErrNotFound
 	}
 	h := HashSecret(secret)
-	e, hit := c.hits.Get(h)
-	if hit {
-		if e.k.Expired(time.Now()) {
-			c.hits.Remove(h)
-			return Key{}, ErrNotFound
-		}
-		if c.answer(e, false) {
-			return e.k, nil
-		}
-	} else if _, ok := c.misses.Get(h); ok {
-		return Key{}, ErrNotFound
+	e, hit, answered, err := c.fromCache(h)
+	switch {
+	case answered && err != nil:
+		return Key{}, err
+	case answered:
+		return e.k, nil
 	}
 
 	c.mu.Lock()
@@ -209,6 +204,39 @@ func (c *Cache) Lookup(ctx context.Context, secret string) (Key, error) {
 		return e.k, nil
 	}
 	return k, err
+}
+
+// Cached is Lookup answered from the cache alone: answered is false when
+// Lookup would have to ask the Source. A caller that bounds the Source's
+// lookups with a timeout need not make one for a cached key.
+func (c *Cache) Cached(secret string) (k Key, answered bool, err error) {
+	if !wellFormedSecret(secret) {
+		return Key{}, true, ErrNotFound
+	}
+	e, _, answered, err := c.fromCache(HashSecret(secret))
+	if !answered || err != nil {
+		return Key{}, answered, err
+	}
+	return e.k, true, nil
+}
+
+// fromCache is Lookup's answer from the cache for the hash h, if the
+// cache has one (answered: e.k, or err). e and hit are the cached entry
+// when there is one, Lookup's fallback if the Source then fails.
+func (c *Cache) fromCache(h [sha256.Size]byte) (e cached, hit, answered bool, err error) {
+	e, hit = c.hits.Get(h)
+	if hit {
+		if e.k.Expired(time.Now()) {
+			c.hits.Remove(h)
+			return cached{}, false, true, ErrNotFound
+		}
+		if c.answer(e, false) {
+			return e, true, true, nil
+		}
+	} else if _, ok := c.misses.Get(h); ok {
+		return cached{}, false, true, ErrNotFound
+	}
+	return e, hit, false, nil
 }
 
 func (c *Cache) fill(gen uint64, add func()) {
