@@ -294,9 +294,11 @@ func (pc *http1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Re
 	// connection; a connection it interrupted is closed, never reused.
 	pc.stop = context.AfterFunc(ctx, func() { _ = pc.conn.SetDeadline(aLongTimeAgo) })
 	streamed := req.Body != nil && (req.GetBody == nil || req.ContentLength < 0 || req.ContentLength > inMemoryBodyMax)
+	var written chan struct{}
 	if streamed {
 		pc.pending.Store(2)
-		go pc.writeStreamed(req)
+		written = make(chan struct{})
+		go pc.writeStreamed(req, written)
 	} else {
 		pc.pending.Store(1)
 		start := pc.written
@@ -330,17 +332,19 @@ func (pc *http1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Re
 	}
 	pc.keepAlive = !resp.Close && !req.Close
 	if resp.Body == http.NoBody {
+		waitWritten(written)
 		pc.release(true)
 		return resp, nil
 	}
-	resp.Body = &http1Body{pc: pc, ctx: ctx, body: resp.Body}
+	resp.Body = &http1Body{pc: pc, ctx: ctx, body: resp.Body, written: written}
 	return resp, nil
 }
 
 // writeStreamed writes a streaming request on the body's own goroutine.
 // A failed write closes the connection, as net/http does: the response,
 // even one under way, cannot be trusted on it.
-func (pc *http1Conn) writeStreamed(req *http.Request) {
+func (pc *http1Conn) writeStreamed(req *http.Request, written chan<- struct{}) {
+	defer close(written)
 	start := pc.written
 	pc.writeErr = nil
 	err := req.Write(pc.bw)
@@ -357,6 +361,32 @@ func (pc *http1Conn) writeStreamed(req *http.Request) {
 		pc.bodyErr.Store(&err)
 	}
 	pc.release(err == nil)
+}
+
+// http1WriteWait is how long the end of a response waits for its streamed
+// request body to finish writing, as net/http's readLoop does, so that the
+// connection is back in the pool for the next request. A body still being
+// written after it goes back when it is done, or is closed if it fails.
+const http1WriteWait = 50 * time.Millisecond
+
+// waitWritten waits, within http1WriteWait, for a streamed request body's
+// write to end: usually it has (the upstream answered after reading it),
+// and only its goroutine has yet to say so.
+func waitWritten(written <-chan struct{}) {
+	if written == nil {
+		return
+	}
+	select {
+	case <-written:
+		return
+	default:
+	}
+	t := time.NewTimer(http1WriteWait)
+	defer t.Stop()
+	select {
+	case <-written:
+	case <-t.C:
+	}
 }
 
 // http1Max1xx bounds the informational responses before the final one, as
@@ -410,11 +440,14 @@ var errBodyClosed = errors.New("http: read on closed response body")
 // the declared length reached, or the last chunk and trailers read)
 // releases the connection; an error or an early Close closes it.
 type http1Body struct {
-	pc     *http1Conn
-	ctx    context.Context
-	body   io.ReadCloser // net/http's reader of the body over pc.br
-	ended  atomic.Bool
-	closed atomic.Bool
+	pc   *http1Conn
+	ctx  context.Context
+	body io.ReadCloser // net/http's reader of the body over pc.br
+	// written is closed once a streamed request body's writer has
+	// released the connection; nil for a request written inline.
+	written <-chan struct{}
+	ended   atomic.Bool
+	closed  atomic.Bool
 }
 
 func (b *http1Body) Read(p []byte) (int, error) {
@@ -429,6 +462,9 @@ func (b *http1Body) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if b.ended.CompareAndSwap(false, true) {
+		if err == io.EOF {
+			waitWritten(b.written)
+		}
 		b.pc.release(err == io.EOF)
 	}
 	if err != io.EOF && b.ctx.Err() != nil {
