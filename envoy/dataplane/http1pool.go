@@ -260,7 +260,10 @@ func (p *http1Pool) expire(addr string) {
 		h.conns = h.conns[:rest]
 	}
 	if len(h.conns) == 0 {
+		// A host gone from the endpoints leaves no entry behind; a host
+		// still in use gets a new one (and timer) at its next put.
 		h.armed = false
+		delete(p.hosts, addr)
 		return
 	}
 	h.timer.Reset(p.idleTimeout - now.Sub(h.conns[0].idleSince))
