@@ -126,12 +126,14 @@ var aLongTimeAgo = time.Unix(1, 0)
 // the pool when keep-alive holds.
 func (p *http1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err := validHeader(req.Header); err != nil {
+		closeBody(req)
 		return nil, err
 	}
 	ctx := req.Context()
 	for {
 		pc, reused, err := p.conn(ctx, req.URL.Host)
 		if err != nil {
+			closeBody(req) // as a RoundTripper does on every path
 			return nil, err
 		}
 		resp, err := pc.roundTrip(ctx, req)
@@ -154,6 +156,12 @@ func (p *http1Pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.Body = body
 			req = &r
 		}
+	}
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
 	}
 }
 
