@@ -4,6 +4,10 @@ package dataplane
 
 import "net"
 
-// connAlive cannot peek at the socket here: an upstream's close of an
-// idle connection shows as a reset of the request that reuses it.
-func connAlive(net.Conn) bool { return true }
+// sockPeek cannot look at the socket here: an upstream's close of an idle
+// connection shows as a reset of the request that reuses it.
+type sockPeek struct{}
+
+func newSockPeek(net.Conn) *sockPeek { return nil }
+
+func (*sockPeek) open() bool { return true }

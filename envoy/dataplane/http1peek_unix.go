@@ -9,37 +9,57 @@ import (
 	"syscall"
 )
 
-// connAlive reports whether an idle upstream connection can take a
-// request: a non-blocking peek at its socket finds nothing to read. EOF
-// means the upstream closed it; bytes mean an unsolicited response (or,
-// under TLS, a record such as a close_notify alert), and either way the
-// connection is not one to send a request on.
-func connAlive(c net.Conn) bool {
+// sockPeek looks at an idle upstream connection's socket without reading
+// from it. It is made once per connection, so a check allocates nothing.
+type sockPeek struct {
+	rc    syscall.RawConn
+	peek  func(fd uintptr) bool // the method value of check, made once
+	alive bool
+	buf   [1]byte
+}
+
+func newSockPeek(c net.Conn) *sockPeek {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return true
+		return nil
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
+		return nil
+	}
+	p := &sockPeek{rc: rc}
+	p.peek = p.check
+	return p
+}
+
+// open reports whether an idle connection can take a request: a
+// non-blocking peek finds nothing to read. EOF means the upstream closed
+// it; bytes mean an unsolicited response (or, under TLS, a record such as
+// a close_notify alert), and either way the connection is not one to send
+// a request on. A nil sockPeek (no socket to look at) says yes.
+func (p *sockPeek) open() bool {
+	if p == nil {
+		return true
+	}
+	p.alive = false
+	if err := p.rc.Read(p.peek); err != nil {
 		return false
 	}
-	alive := false
-	err = rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		for {
-			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			// EAGAIN: nothing to read, the connection is open; 0 bytes
-			// without an error: EOF; bytes: see above.
-			alive = errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK)
-			_ = n
-			return true // never wait for the socket to become readable
+	return p.alive
+}
+
+func (p *sockPeek) check(fd uintptr) bool {
+	for {
+		_, _, err := syscall.Recvfrom(int(fd), p.buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if errors.Is(err, syscall.EINTR) {
+			continue
 		}
-	})
-	return err == nil && alive
+		// EAGAIN: nothing to read, the connection is open. No error:
+		// EOF (0 bytes) or data.
+		p.alive = errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK)
+		return true // never wait for the socket to become readable
+	}
 }

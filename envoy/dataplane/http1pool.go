@@ -68,6 +68,8 @@ type http1Conn struct {
 	writeErr  error // the connection's first write error (cw)
 	idleSince time.Time
 	closeOnce sync.Once
+	peek      *sockPeek // the check at reuse; nil where it cannot look
+	interrupt func()    // sets a deadline in the past; made once
 
 	// The request in flight. pending counts the parties still using the
 	// connection: the response body's reader, and the body's writer when
@@ -181,7 +183,7 @@ func (p *http1Pool) conn(ctx context.Context, addr string) (*http1Conn, bool, er
 		// policy may retry, as Envoy does. A request nothing of which was
 		// written goes again (RoundTrip); one that was written is never
 		// replayed here.
-		if pc.br.Buffered() == 0 && connAlive(pc.conn) {
+		if pc.br.Buffered() == 0 && pc.peek.open() {
 			return pc, true, nil
 		}
 		pc.close()
@@ -190,7 +192,8 @@ func (p *http1Pool) conn(ctx context.Context, addr string) (*http1Conn, bool, er
 	if err != nil {
 		return nil, false, err
 	}
-	pc := &http1Conn{pool: p, addr: addr, conn: conn}
+	pc := &http1Conn{pool: p, addr: addr, conn: conn, peek: newSockPeek(conn)}
+	pc.interrupt = func() { _ = conn.SetDeadline(aLongTimeAgo) }
 	pc.br = bufio.NewReaderSize(conn, http1BufferSize)
 	pc.bw = bufio.NewWriterSize(connWriter{pc}, http1BufferSize)
 	return pc, false, nil
@@ -303,7 +306,7 @@ func (pc *http1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Re
 	pc.keepAlive = false
 	// Cancelling the context interrupts whatever I/O is in flight on the
 	// connection; a connection it interrupted is closed, never reused.
-	pc.stop = context.AfterFunc(ctx, func() { _ = pc.conn.SetDeadline(aLongTimeAgo) })
+	pc.stop = context.AfterFunc(ctx, pc.interrupt)
 	streamed := req.Body != nil && (req.GetBody == nil || req.ContentLength < 0 || req.ContentLength > inMemoryBodyMax)
 	var written chan struct{}
 	if streamed {
