@@ -262,6 +262,43 @@ func TestHTTP1Pool(t *testing.T) {
 					t.Errorf("body %q", body)
 				}
 			}},
+		{name: "a cancelled context ends a body read and the connection", wantConns: 2,
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/stall" {
+					_, _ = io.WriteString(w, "ok")
+					return
+				}
+				_, _ = io.WriteString(w, "first")
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done(): // the connection closed
+				case <-time.After(20 * time.Second): // a bound if it never does
+				}
+			},
+			run: func(t *testing.T, p *http1Pool, s *poolServer) {
+				cctx, cancel := context.WithCancel(ctx)
+				resp, err := p.RoundTrip(poolRequest(cctx, s.Server, http.MethodGet, "/stall", ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 5)
+				if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first" {
+					t.Fatalf("read %q, %v", buf, err)
+				}
+				done := make(chan error, 1)
+				go func() {
+					_, err := resp.Body.Read(buf) // blocks: the upstream stalls
+					done <- err
+				}()
+				cancel()
+				if err := within(t, done, "the body read to return"); !errors.Is(err, context.Canceled) {
+					t.Errorf("error %v, want context.Canceled", err)
+				}
+				within(t, s.closed, "the upstream to see the connection closed")
+				if _, body := roundTrip(t, p, poolRequest(ctx, s.Server, http.MethodGet, "/", "")); body != "ok" {
+					t.Errorf("body %q", body)
+				}
+			}},
 		{name: "the idle timeout closes the connection", idle: 20 * time.Millisecond, handler: echo, wantConns: 2,
 			run: func(t *testing.T, p *http1Pool, s *poolServer) {
 				roundTrip(t, p, poolRequest(ctx, s.Server, http.MethodGet, "/", ""))
@@ -296,15 +333,18 @@ func TestHTTP1Pool(t *testing.T) {
 	}
 }
 
-// A request the upstream read before the connection died is an upstream
-// reset for the route's retry policy, never sent again by the pool; and a
-// connection that cannot be made is a connectError.
+// A connection with bytes no request asked for is not reused; a request
+// the upstream read before the connection died is an upstream reset for
+// the route's retry policy, never sent again by the pool; and a connection
+// that cannot be made is a connectError.
 func TestHTTP1PoolFailures(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var accepted, requests atomic.Int32
+	// The first response comes with bytes no request asked for: the
+	// connection is not reused (a new one takes the second request).
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -321,10 +361,14 @@ func TestHTTP1PoolFailures(t *testing.T) {
 						return
 					}
 					_, _ = io.Copy(io.Discard, req.Body)
-					if requests.Add(1) == 2 {
+					if requests.Add(1) == 3 {
 						return // read, never answered: the connection drops
 					}
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					reply := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+					if requests.Load() == 1 {
+						reply += "HTTP/1.1 200 OK\r\n" // unsolicited
+					}
+					_, _ = io.WriteString(c, reply)
 				}
 			}()
 		}
@@ -334,17 +378,17 @@ func TestHTTP1PoolFailures(t *testing.T) {
 	p := newTestPool(t, s, 0)
 	ctx := context.Background()
 	roundTrip(t, p, poolRequest(ctx, s, http.MethodPost, "/", "one"))
-	_, err = p.RoundTrip(poolRequest(ctx, s, http.MethodPost, "/", "two"))
+	roundTrip(t, p, poolRequest(ctx, s, http.MethodPost, "/", "two"))
 	var ce *connectError
-	if err == nil || errors.As(err, &ce) {
+	if _, err := p.RoundTrip(poolRequest(ctx, s, http.MethodPost, "/", "three")); err == nil || errors.As(err, &ce) {
 		t.Fatalf("error %v, want an upstream reset", err)
 	}
-	if r, a := requests.Load(), accepted.Load(); r != 2 || a != 1 {
-		t.Errorf("the upstream read %d requests on %d connections, want 2 on 1", r, a)
+	if r, a := requests.Load(), accepted.Load(); r != 3 || a != 2 {
+		t.Errorf("the upstream read %d requests on %d connections, want 3 on 2", r, a)
 	}
 
 	_ = l.Close()
-	_, err = p.RoundTrip(poolRequest(ctx, s, http.MethodPost, "/", "three"))
+	_, err = p.RoundTrip(poolRequest(ctx, s, http.MethodPost, "/", "four"))
 	if !errors.As(err, &ce) {
 		t.Errorf("error %v, want a connectError", err)
 	}
