@@ -1,10 +1,10 @@
-//go:build !unix
+//go:build !unix || aix
 
 package dataplane
 
 import "net"
 
-// sockPeek cannot look at the socket here: an upstream's close of an idle
+// sockPeek cannot look at the socket here (no MSG_DONTWAIT on AIX): an upstream's close of an idle
 // connection shows as a reset of the request that reuses it.
 type sockPeek struct{}
 
