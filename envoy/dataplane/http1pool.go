@@ -299,6 +299,27 @@ func (p *http1Pool) CloseIdleConnections() {
 	}
 }
 
+// retainHosts closes the idle connections of every host not in keep: the
+// endpoints changed and those hosts left the cluster. A connection still in
+// use by one of them goes back to the pool when its request ends, and
+// expires with the idle timeout.
+func (p *http1Pool) retainHosts(keep map[string]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, h := range p.hosts {
+		if keep[addr] {
+			continue
+		}
+		for _, pc := range h.conns {
+			pc.close()
+		}
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+		delete(p.hosts, addr)
+	}
+}
+
 // roundTrip sends req on pc and reads the response head.
 func (pc *http1Conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
 	pc.broken.Store(false)

@@ -430,3 +430,36 @@ func TestUpstreamConnectionReuse(t *testing.T) {
 		t.Errorf("%d upstream connections, want 2", n)
 	}
 }
+
+// A host gone from a cluster's endpoints loses its idle connections at
+// the update, as Envoy drains them, while the cluster's pool stays.
+func TestUpstreamRemovedHostConnectionsClosed(t *testing.T) {
+	e := newEnv(t)
+	ok := func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }
+	a, b := newPoolServer(t, false, ok), newPoolServer(t, false, ok)
+	post := func() {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, e.url("/v1/chat/completions"), strings.NewReader("{}"))
+		req.Header.Set(catalog.RouteHeader, testModel)
+		if resp, body := e.do(req); resp.StatusCode != 200 || string(body) != "ok" {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+	}
+	apply := func(s *poolServer) {
+		t.Helper()
+		c, cla := edsCluster(t, testCluster, s.URL)
+		e.apply(resOpts{noExtProc: true, clusters: []*clusterv3.Cluster{c}, endpoints: []*endpointv3.ClusterLoadAssignment{cla}})
+	}
+	apply(a)
+	post()
+	pool := e.dp.cfg.Load().clusters[testCluster].transport
+	apply(b)
+	within(t, a.closed, "the removed host's idle connection to be closed")
+	post()
+	if got := e.dp.cfg.Load().clusters[testCluster].transport; got != pool {
+		t.Error("the cluster's pool was replaced; only its endpoints changed")
+	}
+	if na, nb := a.accepted.Load(), b.accepted.Load(); na != 1 || nb != 1 {
+		t.Errorf("connections: %d to the removed host, %d to the new one; want 1 and 1", na, nb)
+	}
+}

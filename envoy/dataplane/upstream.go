@@ -97,6 +97,18 @@ func (c *cluster) pick() *endpoint {
 	return ep
 }
 
+// hostAddrs are the addresses of the cluster's endpoints, at every
+// priority and health.
+func (c *cluster) hostAddrs() map[string]bool {
+	out := map[string]bool{}
+	for _, l := range c.levels {
+		for _, e := range l.all {
+			out[e.addr] = true
+		}
+	}
+	return out
+}
+
 // clock is the time for outlier detection.
 func (c *cluster) clock() time.Time {
 	if c.now != nil {
