@@ -64,8 +64,8 @@ type http1Conn struct {
 	conn      net.Conn
 	br        *bufio.Reader
 	bw        *bufio.Writer
-	written   int64 // bytes that reached the connection (cw)
-	writeErr  error // the connection's first write error (cw)
+	written   int64 // bytes that reached the connection (connWriter)
+	writeErr  error // the connection's first write error (connWriter)
 	idleSince time.Time
 	closeOnce sync.Once
 	peek      *sockPeek // the check at reuse; nil where it cannot look
