@@ -68,7 +68,8 @@ func newTestPool(t *testing.T, s *httptest.Server, idle time.Duration) *http1Poo
 	if s.TLS != nil {
 		roots := x509.NewCertPool()
 		roots.AddCert(s.Certificate())
-		c.tls = &tls.Config{RootCAs: roots}
+		// ALPN as the control plane configures an HTTP/1.1 provider.
+		c.tls = &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}
 	}
 	tr, ok := newTransport(c).(*http1Pool)
 	if !ok {
