@@ -268,6 +268,11 @@ func (d *DataPlane) reconcileTransports(snap *snapshot) {
 		}
 		if e := d.transports[name]; e != nil && e.fingerprint == c.fingerprint {
 			c.transport = e.cluster.transport
+			if p, ok := c.transport.(*http1Pool); ok {
+				// Envoy drains the connections of hosts gone from the
+				// endpoints; here their idle ones are closed.
+				p.retainHosts(c.hostAddrs())
+			}
 		} else {
 			c.transport = newTransport(c)
 		}

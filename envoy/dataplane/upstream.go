@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -56,7 +57,7 @@ type cluster struct {
 	levels         []*priorityLevel
 	random         bool
 	fingerprint    string
-	transport      *http.Transport
+	transport      upstreamTransport
 	// panic is a healthy_panic_threshold above 0: with no healthy host,
 	// balance over all of them rather than fail.
 	panic   bool
@@ -94,6 +95,18 @@ type priorityLevel struct {
 func (c *cluster) pick() *endpoint {
 	_, ep, _ := c.choose(nil, c.clock())
 	return ep
+}
+
+// hostAddrs are the addresses of the cluster's endpoints, at every
+// priority and health.
+func (c *cluster) hostAddrs() map[string]bool {
+	out := map[string]bool{}
+	for _, l := range c.levels {
+		for _, e := range l.all {
+			out[e.addr] = true
+		}
+	}
+	return out
 }
 
 // clock is the time for outlier detection.
@@ -329,21 +342,34 @@ func schedule(weights []uint32) []int {
 	return out
 }
 
+// upstreamTransport is a cluster's connection pool: net/http's Transport,
+// or the HTTP/1.1 pool (http1Pool).
+type upstreamTransport interface {
+	RoundTrip(*http.Request) (*http.Response, error)
+	CloseIdleConnections()
+}
+
 // newTransport builds the connection pool of a cluster. Compression is off
-// so bodies pass through byte for byte.
-func newTransport(c *cluster) *http.Transport {
-	dialer := &net.Dialer{Timeout: c.connectTimeout, KeepAlive: 30 * time.Second}
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, &connectError{err}
+// so bodies pass through byte for byte. A cluster that speaks HTTP/1.1
+// only gets the pool whose round trip runs on the caller's goroutine
+// (http1Pool); HTTP/2, and ALPN's choice between the two, stay with
+// net/http's Transport.
+func newTransport(c *cluster) upstreamTransport {
+	dial, dialTLS := upstreamDialers(c)
+	if c.proto == protoHTTP1 || (c.proto == protoAuto && c.tls == nil) {
+		switch {
+		case c.tls == nil:
+			return newHTTP1Pool(dial, c.idleTimeout)
+		case !slices.Contains(c.tls.NextProtos, "h2"):
+			// ALPN offering h2 would let the upstream pick it: net/http
+			// follows that choice, so such a cluster stays with it.
+			return newHTTP1Pool(dialTLS, c.idleTimeout)
 		}
-		return conn, nil
 	}
 	t := &http.Transport{
-		DialContext:         dial,
+		DialContext:         func(ctx context.Context, _, addr string) (net.Conn, error) { return dial(ctx, addr) },
 		DisableCompression:  true,
-		MaxIdleConnsPerHost: 256,
+		MaxIdleConnsPerHost: http1MaxIdlePerHost,
 		IdleConnTimeout:     c.idleTimeout,
 		Protocols:           new(http.Protocols),
 	}
@@ -359,36 +385,54 @@ func newTransport(c *cluster) *http.Transport {
 		t.Protocols.SetHTTP1(true)
 	}
 	if c.tls != nil {
-		base := c.tls.Clone()
-		if len(base.NextProtos) == 0 {
-			switch c.proto {
-			case protoHTTP2:
-				base.NextProtos = []string{"h2"}
-			case protoAuto:
-				base.NextProtos = []string{"h2", "http/1.1"}
-			}
-		}
 		t.ForceAttemptHTTP2 = c.proto != protoHTTP1
-		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			raw, err := dial(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			cfg := base.Clone()
-			if cfg.ServerName == "" {
-				cfg.ServerName, _, _ = net.SplitHostPort(addr)
-			}
-			tc := tls.Client(raw, cfg)
-			hctx, cancel := context.WithTimeout(ctx, upstreamHandshakeTimeout)
-			defer cancel()
-			if err := tc.HandshakeContext(hctx); err != nil {
-				_ = raw.Close()
-				return nil, &connectError{err}
-			}
-			return tc, nil
-		}
+		t.DialTLSContext = func(ctx context.Context, _, addr string) (net.Conn, error) { return dialTLS(ctx, addr) }
 	}
 	return t
+}
+
+// upstreamDialers return how a cluster connects to a host, in clear text
+// and, for a cluster with TLS, over TLS; their errors are *connectError.
+func upstreamDialers(c *cluster) (dial, dialTLS func(ctx context.Context, addr string) (net.Conn, error)) {
+	dialer := &net.Dialer{Timeout: c.connectTimeout, KeepAlive: 30 * time.Second}
+	dial = func(ctx context.Context, addr string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, &connectError{err}
+		}
+		return conn, nil
+	}
+	if c.tls == nil {
+		return dial, nil
+	}
+	base := c.tls.Clone()
+	if len(base.NextProtos) == 0 {
+		switch c.proto {
+		case protoHTTP2:
+			base.NextProtos = []string{"h2"}
+		case protoAuto:
+			base.NextProtos = []string{"h2", "http/1.1"}
+		}
+	}
+	dialTLS = func(ctx context.Context, addr string) (net.Conn, error) {
+		raw, err := dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := base.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(raw, cfg)
+		hctx, cancel := context.WithTimeout(ctx, upstreamHandshakeTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			_ = raw.Close()
+			return nil, &connectError{err}
+		}
+		return tc, nil
+	}
+	return dial, dialTLS
 }
 
 // upstreamBody is the request body the router forwards.
