@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"time"
 )
@@ -15,6 +16,8 @@ import (
 //
 //	GET /debug/cpu?seconds=N   a CPU profile of the next N seconds (pprof format)
 //	GET /debug/heap            a heap profile
+//	GET /debug/trace?seconds=N an execution trace of the next N seconds
+//	                           (go tool trace: scheduling latency, wake-ups)
 //
 // It is off unless set, and refuses non-loopback addresses: profiles reveal
 // code paths and timings, not something to offer beyond the machine. The
@@ -62,6 +65,23 @@ func serveProfiles(addr string) error {
 		case <-r.Context().Done():
 		}
 		pprof.StopCPUProfile()
+	})
+	mux.HandleFunc("GET /debug/trace", func(w http.ResponseWriter, r *http.Request) {
+		secs, err := strconv.Atoi(r.URL.Query().Get("seconds"))
+		if err != nil || secs < 1 || secs > 60 {
+			http.Error(w, "seconds: want 1-60", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("content-type", "application/octet-stream")
+		if err := trace.Start(w); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		select {
+		case <-time.After(time.Duration(secs) * time.Second):
+		case <-r.Context().Done():
+		}
+		trace.Stop()
 	})
 	mux.HandleFunc("GET /debug/heap", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "application/octet-stream")
