@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -33,21 +34,10 @@ func BenchmarkGatewayChat(b *testing.B) {
 	}{{"inprocess", false}, {"loopback-grpc", true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := newStack(b, stackOptions{gateway: func(o *gateway.Options) { o.LoopbackGRPC = tc.loopback }})
-			body := []byte(`{"model":"demo/chat","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say something short about proxies."}],"max_tokens":32}`)
 			client := &http.Client{}
-			url := s.gw.BaseURL() + "/chat/completions"
 			do := func() {
-				req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+s.key)
-				req.Header.Set("Content-Type", "application/json")
-				resp, err := client.Do(req)
-				if err != nil {
+				if err := benchChat(client, s); err != nil {
 					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					b.Fatalf("status %d", resp.StatusCode)
 				}
 			}
 			do()
@@ -63,6 +53,27 @@ func BenchmarkGatewayChat(b *testing.B) {
 			b.ReportMetric(float64(sys)/float64(b.N), "syscalls/op")
 		})
 	}
+}
+
+// benchChatBody is the benchmarks' non-streaming chat request.
+var benchChatBody = []byte(`{"model":"demo/chat","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say something short about proxies."}],"max_tokens":32}`)
+
+// benchChat sends one benchChatBody through s's gateway and reads the
+// answer, which must be a 200.
+func benchChat(client *http.Client, s *stack) error {
+	req, _ := http.NewRequest(http.MethodPost, s.gw.BaseURL()+"/chat/completions", bytes.NewReader(benchChatBody))
+	req.Header.Set("Authorization", "Bearer "+s.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
 }
 
 // lockstepSSE is an upstream answering every request with an event stream

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"io"
 	"net/http"
 	"testing"
 
@@ -16,10 +14,7 @@ import (
 // behave with several streams at once.
 func BenchmarkGatewayChatParallel(b *testing.B) {
 	s := newStack(b, stackOptions{gateway: func(o *gateway.Options) { o.LoopbackGRPC = true }})
-	body := []byte(`{"model":"demo/chat","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Say something short about proxies."}],"max_tokens":32}`)
-	url := s.gw.BaseURL() + "/chat/completions"
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	client := &http.Client{Transport: tr}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.SetParallelism(8)
 	b.ReportAllocs()
 	cpu0 := processCPU(b)
@@ -27,18 +22,8 @@ func BenchmarkGatewayChatParallel(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+s.key)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Do(req)
-			if err != nil {
+			if err := benchChat(client, s); err != nil {
 				b.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				b.Errorf("status %d", resp.StatusCode)
 				return
 			}
 		}

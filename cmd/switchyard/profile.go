@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -49,44 +50,35 @@ func serveProfiles(addr string) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /debug/cpu", func(w http.ResponseWriter, r *http.Request) {
-		secs, err := strconv.Atoi(r.URL.Query().Get("seconds"))
-		if err != nil || secs < 1 || secs > 300 {
-			http.Error(w, "seconds: want 1-300", http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("content-type", "application/octet-stream")
-		if err := pprof.StartCPUProfile(w); err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-		select {
-		case <-time.After(time.Duration(secs) * time.Second):
-		case <-r.Context().Done():
-		}
-		pprof.StopCPUProfile()
-	})
-	mux.HandleFunc("GET /debug/trace", func(w http.ResponseWriter, r *http.Request) {
-		secs, err := strconv.Atoi(r.URL.Query().Get("seconds"))
-		if err != nil || secs < 1 || secs > 60 {
-			http.Error(w, "seconds: want 1-60", http.StatusBadRequest)
-			return
-		}
-		w.Header().Set("content-type", "application/octet-stream")
-		if err := trace.Start(w); err != nil {
-			http.Error(w, err.Error(), http.StatusConflict)
-			return
-		}
-		select {
-		case <-time.After(time.Duration(secs) * time.Second):
-		case <-r.Context().Done():
-		}
-		trace.Stop()
-	})
+	mux.HandleFunc("GET /debug/cpu", timedProfile(300, pprof.StartCPUProfile, pprof.StopCPUProfile))
+	mux.HandleFunc("GET /debug/trace", timedProfile(60, trace.Start, trace.Stop))
 	mux.HandleFunc("GET /debug/heap", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "application/octet-stream")
 		_ = pprof.Lookup("heap").WriteTo(w, 0)
 	})
 	go func() { _ = http.Serve(ln, mux) }()
 	return nil
+}
+
+// timedProfile serves a profile that runs for the request's ?seconds=N (1
+// to maxSecs), or until the client goes away: start writes it to the
+// response, stop ends it.
+func timedProfile(maxSecs int, start func(io.Writer) error, stop func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		secs, err := strconv.Atoi(r.URL.Query().Get("seconds"))
+		if err != nil || secs < 1 || secs > maxSecs {
+			http.Error(w, fmt.Sprintf("seconds: want 1-%d", maxSecs), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("content-type", "application/octet-stream")
+		if err := start(w); err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		select {
+		case <-time.After(time.Duration(secs) * time.Second):
+		case <-r.Context().Done():
+		}
+		stop()
+	}
 }

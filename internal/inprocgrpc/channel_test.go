@@ -53,26 +53,15 @@ var backends = []backend{
 // plane's own client (internal/h2grpc), which must behave as grpc-go's.
 func serveH2(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) grpc.ClientConnInterface {
 	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var opts []grpc.ServerOption
-	if maxRecv > 0 {
-		opts = append(opts, grpc.MaxRecvMsgSize(maxRecv))
-	}
-	srv := grpc.NewServer(opts...)
-	register(srv)
-	go srv.Serve(lis)
-	cc := h2grpc.New(lis.Addr().String(), h2grpc.Options{})
-	tb.Cleanup(func() {
-		cc.Close()
-		srv.Stop()
-	})
+	addr := serveLoopback(tb, maxRecv, register)
+	cc := h2grpc.New(addr, h2grpc.Options{})
+	tb.Cleanup(func() { cc.Close() })
 	return cc
 }
 
-func serveTCP(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) grpc.ClientConnInterface {
+// serveLoopback serves register's services on a real grpc.Server on a
+// free loopback port until the test ends.
+func serveLoopback(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) string {
 	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -85,16 +74,19 @@ func serveTCP(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) 
 	srv := grpc.NewServer(opts...)
 	register(srv)
 	go srv.Serve(lis)
-	cc, err := grpc.NewClient("passthrough:///"+lis.Addr().String(),
+	tb.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func serveTCP(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) grpc.ClientConnInterface {
+	tb.Helper()
+	addr := serveLoopback(tb, maxRecv, register)
+	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		srv.Stop()
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		cc.Close()
-		srv.Stop()
-	})
+	tb.Cleanup(func() { cc.Close() })
 	// Connect up front, so that short deadlines in the tests are spent on
 	// the call and not on dialing.
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
@@ -102,7 +94,7 @@ func serveTCP(tb testing.TB, maxRecv int, register func(grpc.ServiceRegistrar)) 
 	cc.Connect()
 	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
 		if !cc.WaitForStateChange(ctx, s) {
-			tb.Fatalf("connecting to %s: %v", lis.Addr(), s)
+			tb.Fatalf("connecting to %s: %v", addr, s)
 		}
 	}
 	return cc
