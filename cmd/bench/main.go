@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,7 +187,7 @@ func benchmark(ctx context.Context, o *options) error {
 	if o.phases["profiles"] && syg.proc != nil && syg.skip == "" {
 		// Its misses are explained by its own profile, taken before it
 		// stops.
-		r.profiles = append(r.profiles, runProfiles(ctx, o, syg, b.pprofGRPCPort, b.tmp, "chat-c1", "chat-c16")...)
+		r.profiles = append(r.profiles, runProfiles(ctx, o, syg, b.pprofGRPCPort, b.tmp)...)
 	}
 	// The later phases run on switchyard alone.
 	if syg.proc != nil {
@@ -600,8 +599,8 @@ type profileOut struct {
 
 // runProfiles takes CPU profiles of a running switchyard (sy) under
 // non-streaming load at concurrency 1 and 16 and under back-to-back
-// streams, or only under the loads named in only.
-func runProfiles(ctx context.Context, o *options, sy *system, pprofPort int, tmp string, only ...string) []profileOut {
+// streams.
+func runProfiles(ctx context.Context, o *options, sy *system, pprofPort int, tmp string) []profileOut {
 	var out []profileOut
 	loads := []struct {
 		name, title, load string
@@ -630,9 +629,6 @@ func runProfiles(ctx context.Context, o *options, sy *system, pprofPort int, tmp
 		}},
 	}
 	for _, l := range loads {
-		if len(only) > 0 && !slices.Contains(only, l.name) {
-			continue
-		}
 		logf("profiling %s for %ds under %s load", sy.name, o.profileSecs, l.title)
 		lctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
