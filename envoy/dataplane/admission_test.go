@@ -20,12 +20,11 @@ import (
 // newEnvWith is newEnv with the data plane's options adjusted.
 func newEnvWith(t *testing.T, adjust func(*Options)) *env {
 	t.Helper()
-	e := newEnv(t)
-	_ = e.dp.Close()
-	adjust(&e.opts)
-	e.dp = New(e.opts)
-	t.Cleanup(func() { _ = e.dp.Close() })
-	return e
+	fp, addr := startProc(t)
+	return buildEnv(t, fp, func(o *Options) {
+		o.StaticClusters[catalog.ExtProcCluster] = addr
+		adjust(o)
+	})
 }
 
 // slowClient is a raw HTTP/1.1 client that sent a request head and part of

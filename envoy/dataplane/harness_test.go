@@ -505,6 +505,14 @@ func startProc(t testing.TB) (*fakeProc, string) {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	fp, addr := startProc(t)
+	return buildEnv(t, fp, func(o *Options) { o.StaticClusters[catalog.ExtProcCluster] = addr })
+}
+
+// buildEnv builds an env whose ext_proc cluster runs fp's scripts,
+// reached as setProc arranges (a gRPC server's address, or a local
+// processor), with any other options it sets.
+func buildEnv(t *testing.T, fp *fakeProc, setProc func(*Options)) *env {
+	t.Helper()
 	logs := &logCapture{}
 	e := &env{
 		t:    t,
@@ -513,9 +521,10 @@ func newEnv(t *testing.T) *env {
 		logs: logs,
 		opts: Options{
 			Logger:         slog.New(logs),
-			StaticClusters: map[string]string{catalog.ExtProcCluster: addr, catalog.XDSCluster: "127.0.0.1:1"},
+			StaticClusters: map[string]string{catalog.XDSCluster: "127.0.0.1:1"},
 		},
 	}
+	setProc(&e.opts)
 	e.dp = New(e.opts)
 	t.Cleanup(func() { _ = e.dp.Close() })
 	return e

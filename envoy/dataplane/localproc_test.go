@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -110,21 +109,9 @@ func (l *localProc) waitClosed(t *testing.T, n int) {
 func newLocalEnv(t *testing.T) *env {
 	t.Helper()
 	fp := &fakeProc{}
-	logs := &logCapture{}
-	e := &env{
-		t:    t,
-		proc: fp,
-		up:   newUpstream(t, nil),
-		logs: logs,
-		opts: Options{
-			Logger:          slog.New(logs),
-			StaticClusters:  map[string]string{catalog.XDSCluster: "127.0.0.1:1"},
-			LocalProcessors: map[string]LocalProcessor{catalog.ExtProcCluster: &localProc{f: fp, closes: make(chan struct{}, 16)}},
-		},
-	}
-	e.dp = New(e.opts)
-	t.Cleanup(func() { _ = e.dp.Close() })
-	return e
+	return buildEnv(t, fp, func(o *Options) {
+		o.LocalProcessors = map[string]LocalProcessor{catalog.ExtProcCluster: &localProc{f: fp, closes: make(chan struct{}, 16)}}
+	})
 }
 
 func (e *env) local() *localProc { return e.opts.LocalProcessors[catalog.ExtProcCluster].(*localProc) }
