@@ -686,17 +686,12 @@ func TestNoRetryAfterResponseStarted(t *testing.T) {
 	// started, however long the way there took.
 	firstRead := make(chan struct{})
 	e := newFoEnv(t, map[string]http.HandlerFunc{
-		"a": func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("content-type", "text/event-stream")
-			w.WriteHeader(200)
-			_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
-			http.NewResponseController(w).Flush()
+		"a": oneEventThenReset(func() {
 			select {
 			case <-firstRead:
 			case <-time.After(10 * time.Second): // the event never arrived: the checks below say so
 			}
-			reset(w, nil)
-		},
+		}),
 		"b": answer(200, `{"from":"b"}`),
 	}, foOpts{})
 	req, _ := http.NewRequest(http.MethodPost, "http://"+e.dp.Addr(testListener).String()+"/v1/chat/completions", strings.NewReader(`{}`))
@@ -809,13 +804,7 @@ func TestOutlierEjectionAndProbe(t *testing.T) {
 func TestStreamCutterEjected(t *testing.T) {
 	now, advance := testClock(time.Unix(1_800_000_000, 0))
 	e := newFoEnv(t, map[string]http.HandlerFunc{
-		"a": func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("content-type", "text/event-stream")
-			w.WriteHeader(200)
-			_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
-			http.NewResponseController(w).Flush()
-			reset(w, nil)
-		},
+		"a": oneEventThenReset(func() {}),
 		"b": answer(200, `{"from":"b"}`),
 	}, foOpts{outlier: &clusterv3.OutlierDetection{
 		Consecutive_5Xx:                wrapperspb.UInt32(3),
@@ -1027,5 +1016,18 @@ func TestUpstreamFilterChainRefused(t *testing.T) {
 				t.Errorf("Apply = %v, want an error mentioning %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// oneEventThenReset answers 200 with one SSE event, waits as wait does,
+// then resets the stream: a response cut after it started.
+func oneEventThenReset(wait func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("content-type", "text/event-stream")
+		w.WriteHeader(200)
+		_, _ = io.WriteString(w, "data: {\"n\":1}\n\n")
+		http.NewResponseController(w).Flush()
+		wait()
+		reset(w, nil)
 	}
 }

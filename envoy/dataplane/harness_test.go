@@ -63,6 +63,18 @@ func (f *fakeProc) setScript(s procScript) {
 	f.script = s
 }
 
+// record keeps req among those received and returns the script that
+// answers it.
+func (f *fakeProc) record(req *extprocv3.ProcessingRequest) procScript {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.received = append(f.received, req)
+	if f.script == nil {
+		return continueAll
+	}
+	return f.script
+}
+
 func (f *fakeProc) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 	f.mu.Lock()
 	f.streams++
@@ -72,14 +84,7 @@ func (f *fakeProc) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 		if err != nil {
 			return nil
 		}
-		f.mu.Lock()
-		f.received = append(f.received, req)
-		script := f.script
-		f.mu.Unlock()
-		if script == nil {
-			script = continueAll
-		}
-		resp, err := script(req)
+		resp, err := f.record(req)(req)
 		if err != nil {
 			return err
 		}

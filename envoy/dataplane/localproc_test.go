@@ -57,14 +57,7 @@ func (s *localSession) Handle(ctx context.Context, req *extprocv3.ProcessingRequ
 	// The data plane reuses its messages once Handle returns: what the
 	// session keeps, it copies (as the embedded gateway's does).
 	req = proto.Clone(req).(*extprocv3.ProcessingRequest)
-	f := s.l.f
-	f.mu.Lock()
-	f.received = append(f.received, req)
-	script := f.script
-	f.mu.Unlock()
-	if script == nil {
-		script = continueAll
-	}
+	script := s.l.f.record(req)
 	type result struct {
 		resp *extprocv3.ProcessingResponse
 		err  error
